@@ -1,0 +1,1 @@
+"""Adapters: the outside world (HTTP servers, collectives, torch models, environments, Ray)."""

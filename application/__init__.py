@@ -1,0 +1,1 @@
+"""Use cases and the ports (typing.Protocol) they need; no framework imports."""

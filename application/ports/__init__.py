@@ -1,0 +1,1 @@
+"""Ports: the small protocols through which use cases reach the outside world."""

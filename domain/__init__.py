@@ -1,0 +1,1 @@
+"""Pure domain of rlsetup: value objects and rules on plain Python numbers (no torch, no I/O)."""

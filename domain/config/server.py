@@ -1,0 +1,28 @@
+"""Generation servers: one entry of `rollout_server_configs`, and the embedded local server."""
+
+from __future__ import annotations
+
+import attrs
+
+from domain.config.rules import port, positive
+
+
+@attrs.frozen(kw_only=True)
+class RolloutServerConfig:
+    """One external server of a multi-server run."""
+
+    url: str
+    group_port: int | None = attrs.field(default=None, validator=port)
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    """The embedded vLLM CPU server that `rlsetup train|serve` starts when no URL is configured."""
+
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=8011, validator=port)
+    cpu_threads: str = "0-1"
+    kv_cache_gib: float = attrs.field(default=1.0, validator=positive)
+    max_model_len: int = attrs.field(default=2048, validator=positive)
+    startup_timeout: float = attrs.field(default=600.0, validator=positive)
+    weight_transfer_backend: str = "gloo"

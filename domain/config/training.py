@@ -1,0 +1,43 @@
+"""`AsyncTrainingConfig`: env GRPO's rollout, server and async-loop fields, under the seed's names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from domain.config.rules import in_unit_interval, one_of, positive
+from domain.config.server import RolloutServerConfig
+
+ROLLOUT_BACKENDS = ("vllm", "sglang")
+
+
+@attrs.frozen(kw_only=True)
+class AsyncTrainingConfig:
+    rollout_backend: str = attrs.field(default="vllm", validator=one_of(ROLLOUT_BACKENDS))
+    rollout_server_url: str | None = None
+    rollout_server_configs: tuple[RolloutServerConfig, ...] = ()
+    rollout_connection_timeout: float = attrs.field(default=60.0, validator=positive)
+    rollout_temperature: float | None = attrs.field(default=None, validator=positive)
+    rollout_top_p: float | None = attrs.field(default=None, validator=in_unit_interval)
+    rollout_max_tokens: int = attrs.field(default=256, validator=positive)
+    rollout_chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    max_train_row_tokens: int = attrs.field(default=2048, validator=positive)
+    eval_rollout_batch_size: int = attrs.field(default=64, validator=positive)
+    num_rollout_workers: int = attrs.field(default=2, validator=positive)
+    max_concurrent_rollouts: int = attrs.field(default=32, validator=positive)
+    enable_prefetch: bool = True
+    sync_weights_every_n_steps: int = attrs.field(default=1, validator=positive)
+    prompts_per_step: int = attrs.field(default=4, validator=positive)
+    weight_sync_timeout: float = attrs.field(default=300.0, validator=positive)
+    verify_sync_every_n_syncs: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+    def __attrs_post_init__(self) -> None:
+        if self.rollout_server_url and self.rollout_server_configs:
+            raise ValueError("'rollout_server_url' and 'rollout_server_configs' are exclusive: give one")
+
+    @property
+    def server_urls(self) -> tuple[str, ...]:
+        if self.rollout_server_configs:
+            return tuple(s.url for s in self.rollout_server_configs)
+        return (self.rollout_server_url,) if self.rollout_server_url else ()

@@ -1,0 +1,1 @@
+"""Thin entry points: parse arguments, build the container, run one use case."""

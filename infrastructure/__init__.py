@@ -1,0 +1,1 @@
+"""Composition root: config loading, the dependency-injector container, logging and metrics sinks."""
