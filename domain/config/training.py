@@ -30,7 +30,6 @@ class AsyncTrainingConfig:
     sync_weights_every_n_steps: int = attrs.field(default=1, validator=positive)
     prompts_per_step: int = attrs.field(default=4, validator=positive)
     weight_sync_timeout: float = attrs.field(default=300.0, validator=positive)
-    verify_sync_every_n_syncs: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
     def __attrs_post_init__(self) -> None:
         if self.rollout_server_url and self.rollout_server_configs:

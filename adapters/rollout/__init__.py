@@ -1,0 +1,1 @@
+"""Rollout execution: the Ray actor pool that runs episodes."""
