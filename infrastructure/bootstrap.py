@@ -1,0 +1,94 @@
+"""Start-up and shut-down of a run: what `rlsetup train|serve` call after the config is parsed.
+
+`run_training` resolves the model, starts the embedded vLLM CPU server when the config names no
+server URL (and stops it at the end), builds the container, forms the weight-transfer groups,
+runs the loop, and prints the held-out reward line and the metrics path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from adapters.vllm.server_process import VllmServerProcess
+from domain.config import RunConfig
+from infrastructure.container import EnvGRPOContainer
+from infrastructure.model_assets import resolve_model_path
+
+log = logging.getLogger("rlsetup")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVER_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+
+
+def embedded_server(config: RunConfig, model_path: Path, log_dir: Path) -> VllmServerProcess:
+    s = config.server
+    return VllmServerProcess(
+        python=SERVER_PYTHON,
+        model_path=model_path,
+        host=s.host,
+        port=s.port,
+        cpu_threads=s.cpu_threads,
+        kv_cache_gib=s.kv_cache_gib,
+        max_model_len=s.max_model_len,
+        startup_timeout_s=s.startup_timeout,
+        log_path=log_dir / "vllm_server.log",
+        weight_transfer_backend=s.weight_transfer_backend,
+        dtype=config.model.dtype,
+    )
+
+
+@contextlib.contextmanager
+def servers_for(config: RunConfig, model_path: Path, log_dir: Path) -> Iterator[tuple[str, ...]]:
+    """The configured server URLs, or the embedded server's, started here and stopped on exit."""
+    urls = config.training.server_urls
+    if urls:
+        yield urls
+        return
+    server = embedded_server(config, model_path, log_dir)
+    print(f"starting the embedded vLLM CPU server on {server.url} (log: {server.log_path})", file=sys.stderr)
+    with server:
+        print(f"server ready in {server.startup_seconds:.0f} s", file=sys.stderr)
+        yield (server.url,)
+
+
+def run_training(config: RunConfig, config_path: Path) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model_path = resolve_model_path(config.model.name_or_path)
+    with servers_for(config, model_path, output_dir) as urls:
+        container = EnvGRPOContainer(config=config, model_path=model_path, server_urls=tuple(urls), output_dir=output_dir)
+        container.weight_sync().connect()
+        container.init_resources()
+        try:
+            summary = container.loop().run()
+        finally:
+            container.shutdown_resources()
+            container.weight_sync().close()
+    print(
+        f"held-out reward: before {summary.reward_before:.3f} -> after {summary.reward_after:.3f} (n={summary.eval_count})"
+        if summary.reward_before is not None
+        else "held-out evaluation disabled (eval.num_problems: 0)"
+    )
+    print(f"metrics: {output_dir / 'metrics.jsonl'}")
+    return 0
+
+
+def serve(config: RunConfig) -> int:
+    """Start the embedded server and keep it up until interrupted."""
+    model_path = resolve_model_path(config.model.name_or_path)
+    log_dir = Path(config.grpo.output_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server = embedded_server(config, model_path, log_dir)
+    with server:
+        print(f"vLLM CPU server ready at {server.url} (weight transfer: {config.server.weight_transfer_backend}); Ctrl-C stops it")
+        try:
+            while server.is_running():
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            pass
+    return 0

@@ -1,0 +1,123 @@
+"""Cross-field checks on a structured `RunConfig`; each failure is one `... @ $.path` line.
+
+Run after structuring (types and ranges are already right). They check what one section cannot
+see alone: the environment exists (registered name, or an importable `BaseEnvironment`
+subclass given as `environment_cls`) and accepts its `environment_kwargs`; every reward source
+is known for the job; `job: online_grpo` is TRL's server mode (`grpo.use_vllm: true`,
+`grpo.vllm_mode: server`); `carry_reasoning` is refused under `rollout_backend: sglang` (the seed
+says so). There is no context-parallel key, so a CP request cannot even be written down.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+
+from domain.config import RunConfig
+from infrastructure.environment_catalog import EnvironmentCatalog, RegistryCatalog
+
+# The one place that lists the reward sources each job knows (the lead adds the online verifiers).
+REWARD_SOURCES: Mapping[str, tuple[str, ...]] = {
+    "env_grpo": ("environment",),
+    "online_grpo": ("environment",),
+}
+
+
+def semantic_problems(config: RunConfig, catalog: EnvironmentCatalog | None = None) -> list[str]:
+    catalog = catalog if catalog is not None else RegistryCatalog()
+    return [
+        *_job_problems(config),
+        *_reward_problems(config),
+        *_backend_problems(config),
+        *_environment_problems(config, catalog),
+    ]
+
+
+def _job_problems(config: RunConfig) -> list[str]:
+    if config.job != "online_grpo":
+        return []
+    problems = []
+    if not config.grpo.use_vllm:
+        problems.append("job 'online_grpo' needs 'use_vllm: true' (TRL's vLLM server mode) @ $.grpo")
+    if config.grpo.vllm_mode != "server":
+        problems.append(f"job 'online_grpo' needs 'vllm_mode: server', got {config.grpo.vllm_mode!r} @ $.grpo")
+    return problems
+
+
+def _reward_problems(config: RunConfig) -> list[str]:
+    known = REWARD_SOURCES[config.job]
+    if not config.rewards:
+        return ["'rewards' must list at least one term, e.g. [{source: environment}] @ $"]
+    return [
+        f"unknown reward source {term.source!r} for job {config.job!r} (known: {', '.join(known)})"
+        f" @ $.rewards[{i}]{_did_you_mean(term.source, known)}"
+        for i, term in enumerate(config.rewards)
+        if term.source not in known
+    ]
+
+
+def _backend_problems(config: RunConfig) -> list[str]:
+    if config.training.rollout_backend == "sglang" and "carry_reasoning" in config.environment.environment_kwargs:
+        return ["'carry_reasoning' is refused under 'rollout_backend: sglang' @ $.environment.environment_kwargs"]
+    return []
+
+
+def _environment_problems(config: RunConfig, catalog: EnvironmentCatalog) -> list[str]:
+    env = config.environment
+    if env.environment_cls is not None:
+        cls, problems = _import_environment_cls(env.environment_cls, catalog)
+    elif env.environment_type is None:
+        return ["give 'environment_type' (a registered name) or 'environment_cls' (module:Class) @ $.environment"]
+    else:
+        cls, problems = _registered_class(env.environment_type, catalog)
+    if cls is None:
+        return problems
+    return _kwargs_problems(cls, env.environment_kwargs)
+
+
+def _registered_class(name: str, catalog: EnvironmentCatalog) -> tuple[type | None, list[str]]:
+    try:
+        names = tuple(catalog.registered_names())
+        if name not in names:
+            hint = _did_you_mean(name, names)
+            listed = ", ".join(sorted(names)) or "none"
+            return None, [f"unknown environment_type {name!r} (registered: {listed}) @ $.environment{hint}"]
+        return catalog.get_environment_class(name), []
+    except Exception as exc:  # noqa: BLE001 - a broken registry must still give one line
+        return None, [f"cannot look up environment_type {name!r}: {_describe(exc)} @ $.environment"]
+
+
+def _import_environment_cls(spec: str, catalog: EnvironmentCatalog) -> tuple[type | None, list[str]]:
+    try:
+        return catalog.load_environment_cls(spec), []
+    except (ValueError, LookupError) as exc:  # the registry's own clear errors name the path
+        return None, [f"{exc} @ $.environment.environment_cls"]
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is one line
+        return None, [f"cannot import environment_cls {spec!r}: {_describe(exc)} @ $.environment.environment_cls"]
+
+
+def _kwargs_problems(cls: type, kwargs: Mapping[str, object]) -> list[str]:
+    """The environment's own `resolve_kwargs` judges each key (unknown -> ValueError naming it)."""
+    resolve = getattr(cls, "resolve_kwargs", None)
+    if resolve is None:
+        return []
+    problems = []
+    for key, value in kwargs.items():
+        try:
+            resolve({key: value})
+        except (ValueError, TypeError) as exc:
+            hint = _did_you_mean(key, getattr(cls, "kwargs", {}))
+            problems.append(f"{exc} @ $.environment.environment_kwargs{hint}")
+    return problems
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe(exc: BaseException) -> str:
+    """The message alone for our own clear errors (ValueError, LookupError), else the type too."""
+    if isinstance(exc, (ValueError, LookupError)) and not isinstance(exc, UnicodeError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,124 @@
+"""Small builders the container calls: values derived from the config, in one place.
+
+- the sync targets (one weight-transfer group per server, trainer rank 0, group ports from
+  `vllm_group_port` or each server's own `group_port`);
+- the loop settings (prefetch is turned off, with a warning, when only one server is
+  configured: a single server blocks during the sync, so nothing can overlap);
+- the training problem stream and the held-out evaluator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+from application.evaluate import HeldOutEvaluator
+from application.ports.environment import Problem
+from application.ports.generation import SamplingParams
+from application.ports.weight_sync import TransferInit, WeightSyncServer, WeightTransport
+from application.run_env_grpo import LoopSettings
+from application.sync_report import SyncTarget
+from domain.config import RunConfig
+
+log = logging.getLogger("rlsetup")
+
+# vLLM's default packed buffer; also the size of one `/update_weights` call's worth of tensors.
+PACKED_BUFFER_BYTES = 1024**3
+CHUNK_BYTES = PACKED_BUFFER_BYTES
+PROBLEM_POOL_SEED_STRIDE = 100_003
+
+
+def group_ports(config: RunConfig, count: int) -> list[int]:
+    configs = config.training.rollout_server_configs
+    base = config.grpo.vllm_group_port
+    return [
+        (configs[i].group_port if i < len(configs) and configs[i].group_port else base + i) for i in range(count)
+    ]
+
+
+def sync_targets(
+    urls: Sequence[str],
+    config: RunConfig,
+    server_factory: Callable[..., WeightSyncServer],
+    transport_factory: Callable[[], WeightTransport],
+    master_address: str = "127.0.0.1",
+) -> list[SyncTarget]:
+    return [
+        SyncTarget(
+            server=server_factory(url),
+            transport=transport_factory(),
+            init=TransferInit(
+                master_address=master_address,
+                master_port=port,
+                rank_offset=1,
+                world_size=0,  # set at connect() from the server's /get_world_size
+                packed=True,
+                packed_buffer_size_bytes=PACKED_BUFFER_BYTES,
+            ),
+        )
+        for url, port in zip(urls, group_ports(config, len(urls)))
+    ]
+
+
+def sampling(config: RunConfig) -> SamplingParams:
+    t = config.training
+    return SamplingParams(
+        max_tokens=t.rollout_max_tokens,
+        temperature=config.grpo.temperature if t.rollout_temperature is None else t.rollout_temperature,
+        top_p=config.grpo.top_p if t.rollout_top_p is None else t.rollout_top_p,
+    )
+
+
+def loop_settings(config: RunConfig, urls: Sequence[str]) -> LoopSettings:
+    prefetch = config.training.enable_prefetch
+    if prefetch and len(urls) < 2:
+        log.warning(
+            "enable_prefetch is on but only one rollout server is configured: a single server blocks "
+            "during the weight sync, so prefetch is disabled (use rollout_server_configs for overlap)"
+        )
+        prefetch = False
+    return LoopSettings(
+        max_steps=config.grpo.max_steps,
+        prompts_per_step=config.training.prompts_per_step,
+        num_generations=config.grpo.num_generations,
+        scale_rewards=config.grpo.scale_rewards,
+        sync_weights_every_n_steps=config.training.sync_weights_every_n_steps,
+        enable_prefetch=prefetch,
+        sampling=sampling(config),
+        max_turns=config.environment.max_turns,
+        reward_terms=config.rewards,
+        rollout_timeout=batch_timeout(config, config.training.prompts_per_step * config.grpo.num_generations),
+    )
+
+
+def batch_timeout(config: RunConfig, episodes: int, turns_bound: int = 8) -> float:
+    """Bound on one batch of rollouts: every wave of concurrent episodes may use every turn's timeout."""
+    t = config.training
+    waves = -(-episodes // t.max_concurrent_rollouts)
+    turns = config.environment.max_turns or turns_bound
+    return t.rollout_connection_timeout * waves * turns
+
+
+def training_problems(config: RunConfig, env_cls) -> Iterator[Problem]:
+    """An endless stream of training problems, a fresh seeded pool each epoch."""
+    kwargs = config.environment.environment_kwargs
+    pool_size = config.grpo.max_steps * config.training.prompts_per_step
+    for epoch in itertools.count():
+        seed = config.grpo.seed + epoch * PROBLEM_POOL_SEED_STRIDE
+        yield from env_cls.problems("train", pool_size, seed, **kwargs)
+
+
+def evaluator(config: RunConfig, env_cls, pool) -> HeldOutEvaluator | None:
+    if config.eval.num_problems == 0:
+        return None
+    problems = env_cls.problems("eval", config.eval.num_problems, config.eval.seed, **config.environment.environment_kwargs)
+    return HeldOutEvaluator(
+        pool=pool,
+        problems=problems,
+        sampling=sampling(config),
+        batch_size=config.training.eval_rollout_batch_size,
+        reward_terms=config.rewards,
+        max_turns=config.environment.max_turns,
+        timeout=batch_timeout(config, config.training.eval_rollout_batch_size),
+    )
