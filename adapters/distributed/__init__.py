@@ -1,0 +1,1 @@
+"""torch.distributed glue for multi-rank training (agreement between ranks)."""
