@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from domain.config.dataset import DatasetConfig
 from domain.config.environment import EnvironmentConfig
 from domain.config.grpo import GRPOConfig
 from domain.config.model import ModelConfig
@@ -29,6 +30,7 @@ class RunConfig:
     grpo: GRPOConfig = GRPOConfig()
     training: AsyncTrainingConfig = AsyncTrainingConfig()
     environment: EnvironmentConfig = EnvironmentConfig()
+    dataset: DatasetConfig = DatasetConfig()  # online_grpo's prompts and answers
     rewards: tuple[RewardTerm, ...] = DEFAULT_REWARD_TERMS
     server: ServerConfig = ServerConfig()
     eval: EvalConfig = EvalConfig()

@@ -1,0 +1,1 @@
+"""Glue between rlsetup and TRL's `GRPOTrainer` for online GRPO (RLVR); no TRL file is changed."""

@@ -1,0 +1,1 @@
+"""RLVR verifiers as reward sources: built-ins (`math_verify`, `exact_match`, `format`) and user functions."""
