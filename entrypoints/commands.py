@@ -45,12 +45,17 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def summary(config: RunConfig) -> str:
-    env = config.environment
-    urls = config.training.server_urls
-    servers = ", ".join(urls) if urls else f"embedded at {config.server.host}:{config.server.port}"
     rewards = " + ".join(f"{t.weight:g}*{t.source}^{t.exponent:g}" for t in config.rewards)
+    if config.job == "online_grpo":
+        g = config.grpo
+        data = f"dataset {config.dataset.source}:{config.dataset.task}"
+        servers = g.vllm_server_base_url or f"{g.vllm_server_host}:{g.vllm_server_port}"
+    else:
+        env = config.environment
+        data = f"environment {env.environment_cls or env.environment_type}"
+        urls = config.training.server_urls
+        servers = ", ".join(urls) if urls else f"embedded at {config.server.host}:{config.server.port}"
     return (
-        f"job {config.job}, model {config.model.name_or_path}, "
-        f"environment {env.environment_cls or env.environment_type}, rewards {rewards}, "
+        f"job {config.job}, model {config.model.name_or_path}, {data}, rewards {rewards}, "
         f"servers {servers}, max_steps {config.grpo.max_steps}"
     )

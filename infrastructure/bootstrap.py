@@ -56,6 +56,15 @@ def servers_for(config: RunConfig, model_path: Path, log_dir: Path) -> Iterator[
 
 
 def run_training(config: RunConfig, config_path: Path) -> int:
+    """Run the job the config names (`env_grpo` here, `online_grpo` through TRL)."""
+    if config.job == "online_grpo":
+        from infrastructure.online_job import run_online_grpo
+
+        return run_online_grpo(config, config_path)
+    return run_env_grpo(config, config_path)
+
+
+def run_env_grpo(config: RunConfig, config_path: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)

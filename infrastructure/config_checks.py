@@ -17,9 +17,11 @@ from domain.config import RunConfig
 from infrastructure.environment_catalog import EnvironmentCatalog, RegistryCatalog
 
 # The one place that lists the reward sources each job knows (the lead adds the online verifiers).
+# Online GRPO scores completions with verifiers of the row's `answer` (adapters/verifiers), or a
+# user function given as `package.module:function`.
 REWARD_SOURCES: Mapping[str, tuple[str, ...]] = {
     "env_grpo": ("environment",),
-    "online_grpo": ("environment",),
+    "online_grpo": ("math_verify", "exact_match", "format"),
 }
 
 
@@ -48,12 +50,22 @@ def _reward_problems(config: RunConfig) -> list[str]:
     known = REWARD_SOURCES[config.job]
     if not config.rewards:
         return ["'rewards' must list at least one term, e.g. [{source: environment}] @ $"]
-    return [
-        f"unknown reward source {term.source!r} for job {config.job!r} (known: {', '.join(known)})"
-        f" @ $.rewards[{i}]{_did_you_mean(term.source, known)}"
-        for i, term in enumerate(config.rewards)
-        if term.source not in known
-    ]
+    problems = []
+    for i, term in enumerate(config.rewards):
+        if term.source in known:
+            continue
+        if config.job == "online_grpo" and ":" in term.source:
+            from adapters.verifiers.registry import reward_source_problem
+
+            problem = reward_source_problem(term.source)
+            if problem:
+                problems.append(f"{problem} @ $.rewards[{i}]")
+            continue
+        problems.append(
+            f"unknown reward source {term.source!r} for job {config.job!r} (known: {', '.join(known)})"
+            f" @ $.rewards[{i}]{_did_you_mean(term.source, known)}"
+        )
+    return problems
 
 
 def _backend_problems(config: RunConfig) -> list[str]:
