@@ -1,0 +1,1 @@
+"""Weight transports: rank 0 of the collective that carries weight bytes to generation servers."""

@@ -1,0 +1,192 @@
+"""`VllmHttpServer`: one vLLM server over HTTP, as a `GenerationServer` and a `WeightSyncServer`.
+
+Generation is token-in/token-out through `POST /v1/completions`: `prompt` is the token-id list,
+`return_token_ids` gives the exact engine token ids, `logprobs: 0` the log-prob of each sampled
+token (processed, i.e. after temperature, given the server's `--logprobs-mode
+processed_logprobs`), `return_tokens_as_token_ids` keeps the logprob entries keyed by id.
+`prompt_logprobs` asks for `max_tokens=1, prompt_logprobs=0` at temperature 1.
+
+Weight sync drives vLLM's RL routes (only mounted with `VLLM_SERVER_DEV_MODE=1`): `/get_world_size`,
+`/init_weight_transfer_engine {"init_info"}`, `/pause?mode=keep`, `/start_weight_update`,
+`/update_weights {"update_info"}`, `/finish_weight_update {"weight_version": str}`,
+`/reset_prefix_cache` (retried briefly while it answers `success: false`), `/resume`,
+`/weight_info`. The two calls that block server-side inside the collective (`init`, `update`)
+use `transfer_timeout`; every other call `timeout`. One `httpx.Client` is shared (it is
+thread-safe), so the sync thread and rollout threads can use one instance. Every failure is a
+`ServerError` naming the server URL, the endpoint, the HTTP status and a body snippet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from adapters.vllm.errors import ServerError
+from application.ports.generation import Completion, SamplingParams
+from application.ports.weight_sync import TransferInit
+from domain.tensors import TensorSpec
+
+_SNIPPET = 500
+_UNSET_VERSION = "default"  # vLLM's weight version before any finish_weight_update (v1/engine/core.py)
+
+
+class VllmHttpServer:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        transfer_timeout: float | None = None,
+        reset_cache_retries: int = 10,
+        reset_cache_interval_s: float = 0.2,
+    ) -> None:
+        self._url = url.rstrip("/")
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._transfer_timeout = httpx.Timeout(transfer_timeout or timeout, connect=connect_timeout)
+        self._reset_retries = reset_cache_retries
+        self._reset_interval_s = reset_cache_interval_s
+        self._client = httpx.Client(base_url=self._url, timeout=self._timeout)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ---- GenerationServer -------------------------------------------------------------------
+
+    def generate(self, prompt_token_ids: Sequence[int], params: SamplingParams, n: int = 1) -> list[Completion]:
+        body: dict[str, Any] = {
+            "prompt": list(prompt_token_ids),
+            "n": n,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        endpoint = "/v1/completions"
+        choices = self._request("POST", endpoint, json=body).get("choices")
+        if not isinstance(choices, list) or len(choices) != n:
+            raise ServerError(self._url, endpoint, 200, f"expected {n} choices, got {str(choices)[:_SNIPPET]}")
+        return [self._completion(choice, endpoint) for choice in sorted(choices, key=lambda c: c.get("index", 0))]
+
+    def _completion(self, choice: dict[str, Any], endpoint: str) -> Completion:
+        token_ids = choice.get("token_ids")
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        if token_ids is None or logprobs is None or len(token_ids) != len(logprobs):
+            raise ServerError(
+                self._url, endpoint, 200,
+                f"choice lacks matching token_ids/logprobs (is it a vLLM server?): {str(choice)[:_SNIPPET]}",
+            )
+        if any(value is None for value in logprobs):
+            raise ServerError(self._url, endpoint, 200, f"a sampled token has no logprob: {logprobs[:20]}")
+        return Completion(
+            token_ids=tuple(int(t) for t in token_ids),
+            logprobs=tuple(float(v) for v in logprobs),
+            finish_reason=str(choice.get("finish_reason")),
+            text=choice.get("text") or "",
+        )
+
+    def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float | None]:
+        ids = list(token_ids)
+        body = {"prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "n": 1}
+        endpoint = "/v1/completions"
+        choices = self._request("POST", endpoint, json=body).get("choices") or [{}]
+        entries = choices[0].get("prompt_logprobs")
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise ServerError(self._url, endpoint, 200, f"prompt_logprobs missing or wrong length: {str(entries)[:_SNIPPET]}")
+        result: list[float | None] = [None]
+        for position, (token, entry) in enumerate(zip(ids[1:], entries[1:]), start=1):
+            found = (entry or {}).get(str(token))
+            if found is None:
+                raise ServerError(self._url, endpoint, 200, f"no prompt logprob for token {token} at position {position}")
+            result.append(float(found["logprob"]))
+        return result
+
+    # ---- WeightSyncServer -------------------------------------------------------------------
+
+    def world_size(self) -> int:
+        return int(self._field("GET", "/get_world_size", "world_size"))
+
+    def init_weight_transfer(self, init: TransferInit, rank_offset: int) -> None:
+        init_info = dict(init.as_init_info(), rank_offset=rank_offset)
+        self._request("POST", "/init_weight_transfer_engine", json={"init_info": init_info}, timeout=self._transfer_timeout)
+
+    def pause(self) -> None:
+        self._request("POST", "/pause", params={"mode": "keep"})
+
+    def start_weight_update(self) -> None:
+        self._request("POST", "/start_weight_update")
+
+    def update_weights(self, specs: Sequence[TensorSpec]) -> None:
+        if not specs:
+            # vLLM (0.33) and our gloo engine read an all-empty update_info as "reuse the previous
+            # metadata" and would wait for bytes the transport never sends for an empty chunk.
+            raise ValueError(f"{self._url} /update_weights: refusing an update with no tensors")
+        update_info = {
+            "names": [spec.name for spec in specs],
+            "dtype_names": [spec.dtype for spec in specs],
+            "shapes": [list(spec.shape) for spec in specs],
+        }
+        self._request("POST", "/update_weights", json={"update_info": update_info}, timeout=self._transfer_timeout)
+
+    def finish_weight_update(self, weight_version: int) -> None:
+        self._request("POST", "/finish_weight_update", json={"weight_version": str(weight_version)})
+
+    def reset_prefix_cache(self) -> None:
+        for attempt in range(self._reset_retries + 1):
+            if self._field("POST", "/reset_prefix_cache", "success") is True:
+                return
+            if attempt < self._reset_retries:
+                time.sleep(self._reset_interval_s)
+        raise ServerError(
+            self._url, "/reset_prefix_cache", 200,
+            f"success=false after {self._reset_retries + 1} tries (KV blocks still held by requests)",
+        )
+
+    def resume(self) -> None:
+        self._request("POST", "/resume")
+
+    def weight_version(self) -> int | None:
+        value = self._field("GET", "/weight_info", "weight_version")
+        if value is None or value == _UNSET_VERSION:
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ServerError(self._url, "/weight_info", 200, f"weight_version {value!r} is not an integer") from None
+
+    # ---- transport --------------------------------------------------------------------------
+
+    def _field(self, method: str, endpoint: str, key: str) -> Any:
+        body = self._request(method, endpoint)
+        if key not in body:
+            raise ServerError(self._url, endpoint, 200, f"response lacks {key!r}: {str(body)[:_SNIPPET]}")
+        return body[key]
+
+    def _request(self, method: str, endpoint: str, timeout: httpx.Timeout | None = None, **kwargs: Any) -> dict:
+        try:
+            response = self._client.request(method, endpoint, timeout=timeout or self._timeout, **kwargs)
+        except httpx.TimeoutException as error:
+            raise ServerError(self._url, endpoint, None, f"timed out ({type(error).__name__}): {error}") from error
+        except httpx.HTTPError as error:
+            raise ServerError(self._url, endpoint, None, f"{type(error).__name__}: {error or 'connection failed'}") from error
+        if response.status_code >= 400:
+            raise ServerError(self._url, endpoint, response.status_code, response.text[:_SNIPPET] or response.reason_phrase)
+        try:
+            body = response.json()
+        except ValueError:
+            raise ServerError(self._url, endpoint, response.status_code, f"not JSON: {response.text[:_SNIPPET]}") from None
+        if not isinstance(body, dict):
+            raise ServerError(self._url, endpoint, response.status_code, f"not a JSON object: {response.text[:_SNIPPET]}")
+        return body
