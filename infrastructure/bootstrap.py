@@ -72,7 +72,6 @@ def run_env_grpo(config: RunConfig, config_path: Path) -> int:
     with servers_for(config, model_path, output_dir) as urls:
         container = EnvGRPOContainer(config=config, model_path=model_path, server_urls=tuple(urls), output_dir=output_dir)
         container.weight_sync().connect()
-        container.init_resources()
         try:
             summary = container.loop().run()
         finally:

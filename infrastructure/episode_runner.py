@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from adapters.chat_tokenizer import HfChatTokenizer
-from adapters.environments.registry import get_environment_class, load_environment_cls
+from adapters.environments.registry import resolve_environment_class
 from adapters.vllm.http_server import VllmHttpServer
 from application.ports.environment import Problem
 from application.ports.generation import SamplingParams
@@ -34,9 +34,7 @@ class EpisodeRunnerSpec:
 
 def environment_class(config: EnvironmentConfig):
     """The environment class a config names: `environment_cls` wins over `environment_type`."""
-    if config.environment_cls:
-        return load_environment_cls(config.environment_cls)
-    return get_environment_class(config.environment_type)
+    return resolve_environment_class(config.environment_type, config.environment_cls)
 
 
 def build_episode_runner(spec: EpisodeRunnerSpec, worker_index: int) -> Callable[..., Episode]:

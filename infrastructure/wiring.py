@@ -101,12 +101,18 @@ def batch_timeout(config: RunConfig, episodes: int, turns_bound: int = 8) -> flo
 
 
 def training_problems(config: RunConfig, env_cls) -> Iterator[Problem]:
-    """An endless stream of training problems, a fresh seeded pool each epoch."""
+    """An endless stream of training problems, a fresh seeded pool each epoch.
+
+    Returned as an `itertools.chain`, not a generator: on Python 3.11 asyncio (and so the DI
+    container) mistakes a generator object for a coroutine.
+    """
     kwargs = config.environment.environment_kwargs
     pool_size = config.grpo.max_steps * config.training.prompts_per_step
-    for epoch in itertools.count():
-        seed = config.grpo.seed + epoch * PROBLEM_POOL_SEED_STRIDE
-        yield from env_cls.problems("train", pool_size, seed, **kwargs)
+
+    def epoch_pool(epoch: int):
+        return env_cls.problems("train", pool_size, config.grpo.seed + epoch * PROBLEM_POOL_SEED_STRIDE, **kwargs)
+
+    return itertools.chain.from_iterable(map(epoch_pool, itertools.count()))
 
 
 def evaluator(config: RunConfig, env_cls, pool) -> HeldOutEvaluator | None:

@@ -1,0 +1,1 @@
+"""Offline knowledge for the search environments: packaged corpora, reference facts, search indexes."""
