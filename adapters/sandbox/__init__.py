@@ -1,0 +1,1 @@
+"""Run untrusted (model-written) code under bubblewrap with resource limits: `Sandbox.run`."""
