@@ -17,6 +17,7 @@ from pathlib import Path
 from adapters.vllm.server_process import VllmServerProcess
 from domain.config import RunConfig
 from infrastructure.container import EnvGRPOContainer
+from infrastructure.logs import quiet_logging
 from infrastructure.model_assets import resolve_model_path
 
 log = logging.getLogger("rlsetup")
@@ -65,7 +66,7 @@ def run_training(config: RunConfig, config_path: Path) -> int:
 
 
 def run_env_grpo(config: RunConfig, config_path: Path) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_logging()
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model_path(config.model.name_or_path)
@@ -93,7 +94,7 @@ def serve(config: RunConfig) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     server = embedded_server(config, model_path, log_dir)
     with server:
-        print(f"vLLM CPU server ready at {server.url} (weight transfer: {config.server.weight_transfer_backend}); Ctrl-C stops it")
+        print(f"vLLM CPU server ready at {server.url} in {server.startup_seconds:.0f} s (weight transfer: {config.server.weight_transfer_backend}); Ctrl-C stops it")
         try:
             while server.is_running():
                 time.sleep(1.0)

@@ -19,7 +19,10 @@ from dependency_injector import containers, providers
 
 from adapters.learner.policy import TorchPolicy
 from adapters.rollout.ray_pool import RayRolloutPool
+from adapters.sglang.http_server import SglangHttpServer
 from adapters.transport.gloo_transport import GlooTransport
+from adapters.transport.nccl_transport import NcclTransport
+from adapters.transport.sglang_transport import C10dBucketTransport
 from adapters.vllm.http_server import VllmHttpServer
 from adapters.weights.gather import ModelWeightSource
 from application.evaluate import HeldOutEvaluator
@@ -53,10 +56,22 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
     control_server = providers.Selector(
         config.provided.training.rollout_backend,
         vllm=providers.Factory(VllmHttpServer, timeout=config.provided.training.weight_sync_timeout),
+        sglang=providers.Factory(
+            SglangHttpServer,
+            timeout=config.provided.training.weight_sync_timeout,
+            backend=config.provided.server.weight_transfer_backend,
+        ),
     )
+    # vLLM: our gloo engine plugin on CPUs, vLLM's native NCCL engine on GPUs.
+    # SGLang: its own c10d group and flattened buckets, gloo or nccl alike.
     transport = providers.Selector(
-        config.provided.server.weight_transfer_backend,
-        gloo=providers.Factory(GlooTransport),
+        config.provided.training.rollout_backend,
+        vllm=providers.Selector(
+            config.provided.server.weight_transfer_backend,
+            gloo=providers.Factory(GlooTransport),
+            nccl=providers.Factory(NcclTransport),
+        ),
+        sglang=providers.Factory(C10dBucketTransport, backend=config.provided.server.weight_transfer_backend),
     )
 
     env_cls = providers.Singleton(environment_class, config.provided.environment)
@@ -66,6 +81,8 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         config.provided.grpo,
         dtype=config.provided.model.dtype,
         max_train_row_tokens=config.provided.training.max_train_row_tokens,
+        # the loss scores tokens at the temperature they were sampled at (TRL does the same)
+        temperature=providers.Callable(lambda c: wiring.sampling(c).temperature, config),
     )
     weight_source = providers.Singleton(
         ModelWeightSource, learner.provided.model, dtype=config.provided.model.dtype
@@ -83,6 +100,7 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
 
     runner_spec = providers.Singleton(
         EpisodeRunnerSpec,
+        rollout_backend=config.provided.training.rollout_backend,
         server_urls=server_urls,
         request_timeout=config.provided.training.rollout_connection_timeout,
         model_path=providers.Callable(str, model_path),

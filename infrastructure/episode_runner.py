@@ -14,6 +14,7 @@ import attrs
 
 from adapters.chat_tokenizer import HfChatTokenizer
 from adapters.environments.registry import resolve_environment_class
+from adapters.sglang.http_server import SglangHttpServer
 from adapters.vllm.http_server import VllmHttpServer
 from application.ports.environment import Problem
 from application.ports.generation import SamplingParams
@@ -22,8 +23,12 @@ from domain.config import EnvironmentConfig
 from domain.episodes import Episode
 
 
+GENERATION_SERVERS = {"vllm": VllmHttpServer, "sglang": SglangHttpServer}
+
+
 @attrs.frozen(kw_only=True)
 class EpisodeRunnerSpec:
+    rollout_backend: str
     server_urls: tuple[str, ...]
     request_timeout: float
     model_path: str
@@ -38,7 +43,8 @@ def environment_class(config: EnvironmentConfig):
 
 
 def build_episode_runner(spec: EpisodeRunnerSpec, worker_index: int) -> Callable[..., Episode]:
-    servers = [VllmHttpServer(url, timeout=spec.request_timeout) for url in spec.server_urls]
+    server_cls = GENERATION_SERVERS[spec.rollout_backend]
+    servers = [server_cls(url, timeout=spec.request_timeout) for url in spec.server_urls]
     tokenizer = HfChatTokenizer(spec.model_path, chat_template_kwargs=dict(spec.chat_template_kwargs))
     env_cls = environment_class(spec.environment)
     kwargs = dict(spec.environment.environment_kwargs)

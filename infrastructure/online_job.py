@@ -38,6 +38,7 @@ from application.run_online_grpo import OnlineGRPORun, OnlineHeldOut, SyncPublis
 from application.sync_weights import SyncWeights
 from domain.config import RunConfig
 from infrastructure import wiring
+from infrastructure.logs import quiet_logging
 from infrastructure.metrics import JsonlMetricsSink, TqdmProgress
 from infrastructure.model_assets import resolve_model_path
 
@@ -94,7 +95,7 @@ def load_policy(config: RunConfig, model_path: Path):
 
 def run_online_grpo(config: RunConfig, config_path: Path) -> int:
     """The `rlsetup train` entry for `job: online_grpo`; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_logging()
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model_path(config.model.name_or_path)

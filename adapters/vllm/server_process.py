@@ -133,6 +133,9 @@ class VllmServerProcess:
             f"{self._startup_timeout_s:.0f}s; log {self._log_path}:\n{self.log_tail()}"
         )
 
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self._log_path.read_text(errors="replace")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from domain.config.rules import port, positive
+from domain.config.rules import one_of, port, positive
 
 
 @attrs.frozen(kw_only=True)
@@ -25,4 +25,7 @@ class ServerConfig:
     kv_cache_gib: float = attrs.field(default=1.0, validator=positive)
     max_model_len: int = attrs.field(default=2048, validator=positive)
     startup_timeout: float = attrs.field(default=600.0, validator=positive)
-    weight_transfer_backend: str = "gloo"
+    # The weight-transfer collective: `gloo` (CPUs; our vLLM engine plugin) or `nccl` (GPUs; vLLM's
+    # native engine). It is both what the embedded server is started with and the transport the
+    # trainer opens towards configured (external) servers.
+    weight_transfer_backend: str = attrs.field(default="gloo", validator=one_of(("gloo", "nccl")))
