@@ -7,9 +7,10 @@ own short list, without importing vLLM: `ncclGetVersion`, `ncclGetUniqueId`,
 `ncclCommAbort`, `ncclCommDestroy`, `ncclGetErrorString`.
 
 Departures from vLLM, on purpose:
-- The library is found from the installed `nvidia.nccl` package (`<pkg>/lib/libnccl.so.2`), the
-  wheel torch links and `docker/nccl_pin.py` pins for both images, not from the loader path;
-  an explicit path can be passed instead. A missing library is a `NcclLibraryNotFound` that
+- The library is found from the installed NCCL wheel (`nvidia/nccl/lib/libnccl.so.2`, or
+  `nvidia/cu<N>/lib/` where CUDA 13 wheels put it), the wheel torch links and
+  `docker/nccl_pin.py` pins for both images, else the libnccl this process already mapped
+  (torch's CUDA build loads one), not from the loader path; an explicit path can be passed. A missing library is a `NcclLibraryNotFound` that
   names the folders searched and the fix.
 - `ncclCommInitRankConfig` with a NON-BLOCKING config replaces vLLM's blocking
   `ncclCommInitRank`, so that every wait can be bounded (poll `ncclCommGetAsyncError`, abort on
@@ -23,6 +24,7 @@ This module needs no CUDA and no torch, so its types and its error paths are tes
 from __future__ import annotations
 
 import ctypes
+import glob
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -107,14 +109,31 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
 
 
 def package_lib_dirs() -> list[str]:
-    """`<dir>/lib` for each folder of the installed `nvidia.nccl` package (none if not installed)."""
+    """`nvidia/nccl/lib`, then `nvidia/cu<N>/lib` (the CUDA 13 wheels' layout), of the installed wheels."""
     try:
-        spec = importlib.util.find_spec("nvidia.nccl")
+        spec = importlib.util.find_spec("nvidia")
     except ModuleNotFoundError:  # no `nvidia` namespace package at all
         return []
     if spec is None or not spec.submodule_search_locations:
         return []
-    return [os.path.join(folder, "lib") for folder in spec.submodule_search_locations]
+    roots = list(spec.submodule_search_locations)
+    dirs = [os.path.join(root, "nccl", "lib") for root in roots]
+    for root in roots:
+        dirs += sorted(glob.glob(os.path.join(root, "cu[0-9]*", "lib")), reverse=True)
+    return [folder for folder in dirs if os.path.isdir(folder)]
+
+
+def loaded_library(maps_path: str = "/proc/self/maps") -> str | None:
+    """The libnccl.so this process already mapped (torch's CUDA build loads one), if any."""
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if os.path.basename(path).startswith("libnccl.so") and os.path.isfile(path):
+                    return path
+    except OSError:
+        return None
+    return None
 
 
 def find_library(library_path: str | None = None, search_dirs: Sequence[str] | None = None) -> str:
@@ -128,6 +147,8 @@ def find_library(library_path: str | None = None, search_dirs: Sequence[str] | N
         candidate = os.path.join(folder, LIBRARY_NAME)
         if os.path.isfile(candidate):
             return candidate
+    if search_dirs is None and (mapped := loaded_library()) is not None:
+        return mapped
     where = ", ".join(dirs) if dirs else "no `nvidia.nccl` package is installed in this environment"
     raise NcclLibraryNotFound(
         f"{LIBRARY_NAME} not found (searched: {where}). Install the NCCL wheel the server uses "

@@ -65,6 +65,13 @@ class NcclTransport:
     def is_open(self) -> bool:
         return self._comm is not None and self._comm.is_alive
 
+    @property
+    def communicator(self) -> NcclCommunicator:
+        """The open group's communicator, for measurements beside the transport (raw broadcast, barrier)."""
+        if self._comm is None or not self._comm.is_alive:
+            raise TransportError("NCCL transport is not open: no communicator")
+        return self._comm
+
     def library(self) -> NcclLibrary:
         if self._lib is None:
             self._lib = NcclLibrary(self._library_path)

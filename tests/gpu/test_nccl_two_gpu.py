@@ -3,7 +3,7 @@
 Skipped unless two CUDA devices are visible (issue 7; needs kind nvidia-h200-x2). Covers both
 rendezvous modes, packed and unpacked sends checked bit for bit by the receiver, the bandwidth
 of the packed transport against one raw NCCL broadcast of the same bytes, and a receiver that
-dies after the warm-up: the trainer must fail with TransportError within its timeout.
+dies after the warm-up or is killed mid-broadcast: the trainer must fail with TransportError within its timeout.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from adapters.transport.nccl_rendezvous import NcclInitInfo
 from adapters.transport.nccl_transport import NcclTransport
 from adapters.transport.packed_tensors import spec_of
 from application.ports.weight_sync import WeightChunk
-from tests.gpu.nccl_receiver import expected_weights, raw_pattern, smollm2_specs
+from tests.gpu.model_shapes import expected_weights, raw_pattern, smollm2_specs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -46,7 +46,8 @@ def start_receiver(tmp_path: Path, init: NcclInitInfo, chunks: list[list[dict]],
     spec = dict(init_info=init.as_init_info(), chunks=chunks, seed=SEED, result=str(result), timeout=TIMEOUT, **extra)
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="1", PYTHONPATH=str(REPO), NCCL_NVLS_ENABLE="0")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="1", PYTHONPATH=str(REPO), NCCL_NVLS_ENABLE="0",
+               TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     process = subprocess.Popen([sys.executable, "-m", "tests.gpu.nccl_receiver", str(spec_path)], env=env, cwd=REPO)
     return process, result
 
@@ -88,7 +89,7 @@ def test_weights_reach_the_receiver_bit_for_bit(tmp_path, mode, packed):
         for chunk in chunks:
             transport.broadcast(chunk, timeout=TIMEOUT)
         transport_s = time.perf_counter() - started
-        comm, stream = transport._comm, torch.cuda.current_stream()
+        comm, stream = transport.communicator, torch.cuda.current_stream()
         started = time.perf_counter()
         comm.broadcast(raw, stream, time.monotonic() + TIMEOUT, "raw broadcast")
         done = torch.cuda.Event()
@@ -107,21 +108,27 @@ def test_weights_reach_the_receiver_bit_for_bit(tmp_path, mode, packed):
         Path(os.environ["OUT"], f"two_gpu_{mode}_{packed}.json").write_text(json.dumps(figures))
 
 
-def test_a_receiver_that_dies_makes_the_trainer_fail_within_its_timeout(tmp_path):
+@pytest.mark.parametrize(
+    ("how", "extra", "code"),
+    [("after_warmup", dict(die_after_warmup=True, linger_s=1.0), 3), ("mid_broadcast", dict(kill_after_buckets=2), -9)],
+)
+def test_a_receiver_that_dies_makes_the_trainer_fail_within_its_timeout(tmp_path, how, extra, code):
     torch.cuda.set_device(0)
     transport = NcclTransport(device=0)
     init = make_init("store", transport, packed=True, buffer=8 * 1024**2)
     meta, chunks = weight_chunks(layers=4, per_chunk=100)
-    process, _ = start_receiver(tmp_path, init, meta, die_after_warmup=True, linger_s=1.0)
+    process, _ = start_receiver(tmp_path, init, meta, **extra)
     try:
         transport.open(init, timeout=TIMEOUT)
-        assert process.wait(timeout=60) == 3
+        if how == "after_warmup":
+            assert process.wait(timeout=60) == code
         started = time.monotonic()
         with pytest.raises(TransportError, match="failed"):
             for chunk in chunks * 50:  # more than NCCL can buffer without a receiver
                 transport.broadcast(chunk, timeout=10)
         assert time.monotonic() - started < 10 + 12
         assert not transport.is_open
+        assert process.wait(timeout=60) == code
     finally:
         transport.close()
         process.kill()
