@@ -1,0 +1,1 @@
+"""Environments for env GRPO: the `BaseEnvironment` interface, the registry and the built-ins."""
