@@ -1,0 +1,1 @@
+"""The env-GRPO learner: GRPO loss in torch, episode batching, and the trainable `TorchPolicy`."""
