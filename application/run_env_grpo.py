@@ -39,6 +39,7 @@ class LoopSettings:
     max_turns: int | None
     reward_terms: tuple[RewardTerm, ...]
     rollout_timeout: float
+    evaluate_before: bool = True
 
 
 @attrs.frozen(kw_only=True)
@@ -79,7 +80,9 @@ class EnvGRPOLoop:
 
     def run(self) -> RunSummary:
         started = time.monotonic()
-        before = self._evaluate("before")
+        # The server may serve anything (a previous run's weights): publish ours as version 0 first.
+        self._publisher.publish(self._served_version)
+        before = self._evaluate("before") if self._s.evaluate_before else None
         ticket, submitted_at = self._submit(), time.monotonic()
         for step in range(1, self._s.max_steps + 1):
             groups = ticket.result(timeout=self._s.rollout_timeout)

@@ -78,13 +78,23 @@ def run_env_grpo(config: RunConfig, config_path: Path) -> int:
         finally:
             container.shutdown_resources()
             container.weight_sync().close()
-    print(
-        f"held-out reward: before {summary.reward_before:.3f} -> after {summary.reward_after:.3f} (n={summary.eval_count})"
-        if summary.reward_before is not None
-        else "held-out evaluation disabled (eval.num_problems: 0)"
-    )
+    print(held_out_line(summary))
     print(f"metrics: {output_dir / 'metrics.jsonl'}")
     return 0
+
+
+def check_sync(config: RunConfig) -> int:
+    """`rlsetup check CONFIG --sync`: one verified weight sync to every server (`infrastructure.sync_check`)."""
+    from infrastructure.sync_check import check_sync as run_check
+
+    return run_check(config)
+
+
+def held_out_line(summary) -> str:
+    if summary.reward_after is None:
+        return "held-out evaluation disabled (eval.num_problems: 0)"
+    before = "n/a" if summary.reward_before is None else f"{summary.reward_before:.3f}"
+    return f"held-out reward: before {before} -> after {summary.reward_after:.3f} (n={summary.eval_count})"
 
 
 def serve(config: RunConfig) -> int:

@@ -88,6 +88,7 @@ def loop_settings(config: RunConfig, urls: Sequence[str]) -> LoopSettings:
         sampling=sampling(config),
         max_turns=config.environment.max_turns,
         reward_terms=config.rewards,
+        evaluate_before=config.eval.before_training,
         rollout_timeout=batch_timeout(config, config.training.prompts_per_step * config.grpo.num_generations),
     )
 

@@ -19,11 +19,12 @@ def _problems():
         yield Problem(prompt=f"p{i}", answer=str(i))
 
 
-def _loop(pool, learner, publisher, sink, *, prefetch=False, sync_every=1, steps=4, terms=DEFAULT_REWARD_TERMS, evaluator=None):
+def _loop(pool, learner, publisher, sink, *, prefetch=False, sync_every=1, steps=4, terms=DEFAULT_REWARD_TERMS, evaluator=None, evaluate_before=True):
     settings = LoopSettings(
         max_steps=steps, prompts_per_step=2, num_generations=4, scale_rewards="group",
         sync_weights_every_n_steps=sync_every, enable_prefetch=prefetch,
         sampling=SamplingParams(max_tokens=8), max_turns=None, reward_terms=terms, rollout_timeout=5.0,
+        evaluate_before=evaluate_before,
     )
     return EnvGRPOLoop(settings=settings, problems=_problems(), pool=pool, learner=learner, publisher=publisher,
                        evaluator=evaluator, metrics=sink, progress=sink)
@@ -32,7 +33,7 @@ def _loop(pool, learner, publisher, sink, *, prefetch=False, sync_every=1, steps
 def test_synchronous_loop_trains_on_fresh_samples_and_syncs_every_step():
     pool, learner, publisher, sink = FakeRolloutPool(lambda p, g, v: float(g % 2)), FakeLearner(), FakePublisher(), RecordingSink()
     summary = _loop(pool, learner, publisher, sink).run()
-    assert publisher.versions == [1, 2, 3, 4]
+    assert publisher.versions == [0, 1, 2, 3, 4]
     assert [r.weight_version for r in pool.requests] == [0, 1, 2, 3]
     assert all(row["staleness_max"] == 0 for _, row in sink.rows)
     assert summary.final_version == 4 and len(learner.batches) == 4
@@ -54,7 +55,7 @@ def test_prefetch_overlaps_rollouts_with_training_so_samples_are_one_version_sta
 def test_sync_every_n_steps_and_always_after_the_last_step():
     pool, learner, publisher, sink = FakeRolloutPool(lambda p, g, v: float(g % 2)), FakeLearner(), FakePublisher(), RecordingSink()
     _loop(pool, learner, publisher, sink, sync_every=3, steps=5).run()
-    assert publisher.versions == [3, 5]
+    assert publisher.versions == [0, 3, 5]
     assert [row["weight_version"] for _, row in sink.rows] == [0, 0, 3, 3, 5]
 
 
@@ -77,3 +78,12 @@ def test_held_out_reward_before_and_after_in_batches():
     eval_sizes = [len(r.problems) for r in pool.requests if r.num_generations == 1]
     assert eval_sizes == [2, 2, 1, 2, 2, 1]
     assert sink.summaries and sink.summaries[0]["reward_after"] == 1.0
+
+
+def test_before_training_evaluation_can_be_skipped():
+    pool = FakeRolloutPool(lambda p, g, v: 1.0)
+    evaluator = HeldOutEvaluator(pool=pool, problems=[Problem(prompt="e")], sampling=SamplingParams(max_tokens=8),
+                                 batch_size=4, reward_terms=DEFAULT_REWARD_TERMS, max_turns=None, timeout=5.0)
+    summary = _loop(pool, FakeLearner(), FakePublisher(), RecordingSink(), steps=1, evaluator=evaluator,
+                    evaluate_before=False).run()
+    assert summary.reward_before is None and summary.reward_after == 1.0
