@@ -37,7 +37,7 @@ class ChatTemplateError(ValueError):
 class HfChatTokenizer:
     def __init__(self, model_path: str | Path, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         self._path = Path(model_path)
-        self._tok = AutoTokenizer.from_pretrained(str(self._path))
+        self._tok = AutoTokenizer.from_pretrained(str(self._path), clean_up_tokenization_spaces=False)
         self._template_kwargs = dict(chat_template_kwargs or {})
         self._end, self._trailer = self._probe_turn_suffix()
         end_ids = self.encode(self._end)

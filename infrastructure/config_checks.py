@@ -69,8 +69,17 @@ def _reward_problems(config: RunConfig) -> list[str]:
 
 
 def _backend_problems(config: RunConfig) -> list[str]:
-    if config.training.rollout_backend == "sglang" and "carry_reasoning" in config.environment.environment_kwargs:
+    kwargs = config.environment.environment_kwargs
+    if config.training.rollout_backend == "sglang" and "carry_reasoning" in kwargs:
         return ["'carry_reasoning' is refused under 'rollout_backend: sglang' @ $.environment.environment_kwargs"]
+    if kwargs.get("carry_reasoning") is False:
+        # Episodes are token-in/token-out: each turn's prompt is the exact token history, so a
+        # turn's reasoning is always in the next turn's context. Dropping it would need one
+        # training row per turn; until then we refuse rather than silently carry it.
+        return [
+            "'carry_reasoning: false' is not supported yet: token-in/token-out episodes always carry "
+            "the reasoning into the next turn @ $.environment.environment_kwargs"
+        ]
     return []
 
 

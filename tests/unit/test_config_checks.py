@@ -180,13 +180,21 @@ def test_an_empty_reward_list_is_refused() -> None:
     assert problems_of({"rewards": []}) == ["'rewards' must list at least one term, e.g. [{source: environment}] @ $"]
 
 
-def test_environment_is_a_known_source_for_every_job() -> None:
-    assert all("environment" in sources for sources in REWARD_SOURCES.values())
+def test_reward_sources_per_job() -> None:
+    assert REWARD_SOURCES["env_grpo"] == ("environment",)
+    assert "math_verify" in REWARD_SOURCES["online_grpo"] and "environment" not in REWARD_SOURCES["online_grpo"]
+    lines = problems_of({"job": "online_grpo", "grpo": {"use_vllm": True}})
+    assert any("unknown reward source 'environment' for job 'online_grpo'" in line and "$.rewards[0]" in line for line in lines)
 
 
 def test_online_grpo_needs_trl_server_mode() -> None:
-    assert problems_of({"job": "online_grpo"}) == ["job 'online_grpo' needs 'use_vllm: true' (TRL's vLLM server mode) @ $.grpo"]
-    config = parse_run_config({"job": "online_grpo", "grpo": {"use_vllm": True, "vllm_mode": "server"}}, CATALOG)
+    verifier = [{"source": "math_verify"}]
+    assert problems_of({"job": "online_grpo", "rewards": verifier}) == [
+        "job 'online_grpo' needs 'use_vllm: true' (TRL's vLLM server mode) @ $.grpo"
+    ]
+    config = parse_run_config(
+        {"job": "online_grpo", "grpo": {"use_vllm": True, "vllm_mode": "server"}, "rewards": verifier}, CATALOG
+    )
     assert config.grpo.use_vllm
 
 
@@ -209,3 +217,13 @@ def test_a_broken_registry_is_one_line_not_a_traceback() -> None:
     assert info.value.problems == [
         "cannot look up environment_type 'react_math': ImportError: registry exploded @ $.environment"
     ]
+
+
+def test_carry_reasoning_false_is_refused_rather_than_ignored(tmp_path):
+    from infrastructure.config_loader import ConfigError, load_run_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("environment:\n  environment_type: qa_search\n  environment_kwargs: {carry_reasoning: false}\n")
+    with pytest.raises(ConfigError) as error:
+        load_run_config(path)
+    assert any("carry_reasoning: false" in line and "$.environment.environment_kwargs" in line for line in error.value.problems)
