@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from domain.config.rules import in_unit_interval, one_of, positive
+from domain.config.rules import in_unit_interval, non_negative, one_of, positive
 from domain.config.server import RolloutServerConfig
 
 ROLLOUT_BACKENDS = ("vllm", "sglang")
@@ -30,6 +30,11 @@ class AsyncTrainingConfig:
     sync_weights_every_n_steps: int = attrs.field(default=1, validator=positive)
     prompts_per_step: int = attrs.field(default=4, validator=positive)
     weight_sync_timeout: float = attrs.field(default=300.0, validator=positive)
+    # After every Nth weight sync, check that each server serves what the trainer holds: its
+    # /weight_info version and its prompt log-probs on a probe sequence against the trainer's
+    # (tolerance by model dtype); a mismatch stops training with an error naming the server.
+    # 0 = off (the default): one extra forward pass and one prompt request per server each time.
+    verify_sync_every_n_syncs: int = attrs.field(default=0, validator=non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.rollout_server_url and self.rollout_server_configs:
