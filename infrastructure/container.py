@@ -28,10 +28,12 @@ from adapters.weights.gather import ModelWeightSource
 from application.evaluate import HeldOutEvaluator
 from application.run_env_grpo import EnvGRPOLoop
 from application.sync_weights import SyncWeights
+from application.verified_publisher import VerifyingPublisher
 from domain.config import RunConfig
 from infrastructure import wiring
 from infrastructure.episode_runner import EpisodeRunnerSpec, build_episode_runner, environment_class
 from infrastructure.metrics import JsonlMetricsSink, TqdmProgress
+from infrastructure.sync_verification import build_verifier
 
 
 def _resource(build, close_name: str):
@@ -98,6 +100,15 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         chunk_bytes=wiring.CHUNK_BYTES,
     )
 
+    # every `verify_sync_every_n_syncs` syncs, the servers' log-probs are checked against ours
+    sync_verifier = providers.Singleton(build_verifier, config, model_path, learner, sync_targets)
+    publisher = providers.Singleton(
+        VerifyingPublisher,
+        weight_sync,
+        sync_verifier,
+        every_n_syncs=config.provided.training.verify_sync_every_n_syncs,
+    )
+
     runner_spec = providers.Singleton(
         EpisodeRunnerSpec,
         rollout_backend=config.provided.training.rollout_backend,
@@ -126,7 +137,7 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         problems=providers.Callable(wiring.training_problems, config, env_cls),
         pool=pool,
         learner=learner,
-        publisher=weight_sync,
+        publisher=publisher,
         evaluator=evaluator,
         metrics=metrics,
         progress=progress,

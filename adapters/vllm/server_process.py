@@ -33,7 +33,7 @@ class VllmServerProcess:
         host: str = "127.0.0.1",
         port: int = 8011,
         cpu_threads: str = "0-1",
-        kv_cache_gib: float = 1.0,
+        kv_cache_gib: int = 1,
         max_model_len: int = 2048,
         startup_timeout_s: float = 600.0,
         log_path: str | Path = "vllm_server.log",

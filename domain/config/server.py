@@ -22,7 +22,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8011, validator=port)
     cpu_threads: str = "0-1"
-    kv_cache_gib: float = attrs.field(default=1.0, validator=positive)
+    kv_cache_gib: int = attrs.field(default=1, validator=positive)  # whole GiB: vLLM's CPU backend refuses fractions
     max_model_len: int = attrs.field(default=2048, validator=positive)
     startup_timeout: float = attrs.field(default=600.0, validator=positive)
     # The weight-transfer collective: `gloo` (CPUs; our vLLM engine plugin) or `nccl` (GPUs; vLLM's
