@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from adapters.vllm.server_process import VllmServerProcess
 from domain.config import RunConfig
+from infrastructure.config_loader import ConfigError
 from infrastructure.container import EnvGRPOContainer
 from infrastructure.logs import quiet_logging
 from infrastructure.model_assets import resolve_model_path
@@ -65,7 +68,28 @@ def run_training(config: RunConfig, config_path: Path) -> int:
     return run_env_grpo(config, config_path)
 
 
+def single_rank_only(job: str) -> None:
+    """Env GRPO's learner is one process; refuse a multi-rank launch instead of syncing N times."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise ConfigError(
+            [f"job {job!r} trains on one rank (torchrun with --nproc_per_node 1); got WORLD_SIZE={world}. "
+             "Multi-rank FSDP2/TP/EP training is not wired into the env-GRPO learner yet (the gather is)"]
+        )
+
+
+def save_final(model, tokenizer_dir: Path, output_dir: Path) -> Path:
+    """The trained policy as a Hugging Face folder a server can load."""
+    target = output_dir / "final"
+    model.save_pretrained(target)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (tokenizer_dir / name).is_file():
+            shutil.copy2(tokenizer_dir / name, target / name)
+    return target
+
+
 def run_env_grpo(config: RunConfig, config_path: Path) -> int:
+    single_rank_only(config.job)
     quiet_logging()
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -78,7 +102,9 @@ def run_env_grpo(config: RunConfig, config_path: Path) -> int:
         finally:
             container.shutdown_resources()
             container.weight_sync().close()
+    final = save_final(container.learner().model, model_path, output_dir)
     print(held_out_line(summary))
+    print(f"trained model: {final}")
     print(f"metrics: {output_dir / 'metrics.jsonl'}")
     return 0
 
