@@ -2,7 +2,8 @@
 
 Two steps of 2 problems x 4 episodes, a gloo sync after each, held-out reward before and after.
 Checks what a user sees: exit code, the held-out line, the metrics file, and that the server
-ends at the trainer's last weight version.
+ends at the trainer's last weight version; then `rlsetup check --sync` restores and verifies the
+untrained weights.
 """
 
 from __future__ import annotations
@@ -71,3 +72,12 @@ def test_env_grpo_trains_two_steps_against_the_real_server(running_vllm, port_fa
     assert rows[-1]["summary"]["final_version"] == 2
     info = httpx.get(f"{running_vllm.url}/weight_info", timeout=10).json()
     assert str(info["weight_version"]) == "2"
+
+    # `rlsetup check --sync` pushes the configured (untrained) model back and verifies it, which
+    # also leaves the shared server as the other tests expect it.
+    checked = subprocess.run(
+        [sys.executable, "-m", "entrypoints.cli", "check", str(config), "--sync"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
+    assert running_vllm.url in checked.stdout
