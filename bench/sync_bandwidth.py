@@ -8,14 +8,16 @@ folder; float32 because the CPU server runs float32 here, as the CPU examples do
    and one spawned process (receiver allocates a fresh buffer per bucket, as the server does),
    timed from the first byte to the receiver's 1-element acknowledgement;
 2. ours: `SyncWeights` exactly as training wires it (`VllmHttpServer`, `GlooTransport`,
-   `ModelWeightSource`, 1 GiB chunks and packed buffers): connect (handshake) once, then two full
-   syncs (pause, start, update_weights || packed broadcast, finish = layerwise reload finalize,
-   /weight_info, reset_prefix_cache, resume); the best one is reported, split into
-   update (broadcast + server load, per /update_weights call), finish, and the other HTTP calls;
-3. naive: one /update_weights and one unpacked broadcast per tensor (a group opened with
+   `ModelWeightSource`, `CHUNK_BYTES` chunks, `PACKED_BUFFER_BYTES` buffers, 2 buffers):
+   connect (handshake) once, then two full syncs (pause, start, update_weights || packed
+   broadcast, finish = layerwise reload finalize, /weight_info, reset_prefix_cache, resume); the
+   best one is reported, split into update (the /update_weights calls: broadcast and server load,
+   which overlap), finish, and the other HTTP calls, plus the server's own split read from its log
+   (seconds blocked waiting for bytes, seconds in `model.load_weights`);
+3. sweep: the same with other (buffer, chunk, buffers) settings against the same server, to pick
+   the wiring constants by measurement (`--sweep`, e.g. `1024:1024:1,256:1024:2`, MiB);
+4. naive: one /update_weights and one unpacked broadcast per tensor (a group opened with
    `packed: false`, chunks of one tensor), the TRL-legacy shape of a sync.
-`server_load_s` estimates the server's own work as (update seconds - raw seconds): the gloo
-engine receives a bucket, then loads it, then receives the next, so loading is on the path.
 Prints a table and writes JSON (default bench/results/sync_bandwidth.json). CPU-heavy: run it on
 an otherwise idle machine; numbers from a shared machine are a lower bound.
 """
@@ -26,6 +28,7 @@ import argparse
 import gc
 import json
 import multiprocessing as mp
+import re
 import socket
 import sys
 import tempfile
@@ -33,6 +36,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import attrs
 import torch
 import torch.distributed as dist
 
@@ -58,6 +62,10 @@ SIZES = {
 }
 TIMEOUT_S = 900.0
 GiB = 1024**3
+MiB = 1024**2
+DEFAULT_SWEEP = "1024:1024:1,256:1024:1,256:2048:2,128:1024:2"
+WIRED_NUM_BUFFERS = attrs.fields(TransferInit).packed_num_buffers.default  # wiring leaves the port's default
+SERVER_SPLIT = re.compile(r"gloo weight transfer: .* buffers: waiting ([0-9.]+)s, loading ([0-9.]+)s")
 
 
 def free_port() -> int:
@@ -179,26 +187,53 @@ class TimedServer:
         return out
 
 
-def timed_sync(url: str, model: torch.nn.Module, packed: bool, chunk_bytes: int, versions: list[int]) -> dict:
+class Setting:
+    """Packed-broadcast sizing of one measured configuration."""
+
+    def __init__(self, buffer_bytes: int, chunk_bytes: int, num_buffers: int) -> None:
+        self.buffer_bytes, self.chunk_bytes, self.num_buffers = buffer_bytes, chunk_bytes, num_buffers
+
+    @classmethod
+    def parse(cls, text: str) -> Setting:
+        buffer, chunk, buffers = (int(x) for x in text.split(":"))
+        return cls(buffer * MiB, chunk * MiB, buffers)
+
+    def label(self) -> str:
+        return f"{self.buffer_bytes // MiB}:{self.chunk_bytes // MiB}:{self.num_buffers}"
+
+
+def server_split(log: Path, offset: int) -> dict[str, float]:
+    """Sum of the gloo engine's 'waiting / loading' seconds logged after byte `offset`."""
+    time.sleep(0.3)  # the worker's log line trails the HTTP answer
+    text = log.read_bytes()[offset:].decode(errors="replace")
+    pairs = [(float(w), float(ld)) for w, ld in SERVER_SPLIT.findall(text)]
+    return {"server_wait_s": sum(w for w, _ in pairs), "server_load_s": sum(ld for _, ld in pairs)}
+
+
+def timed_sync(url: str, model: torch.nn.Module, packed: bool, setting: Setting, versions: list[int],
+               log: Path) -> dict:
     server = TimedServer(VllmHttpServer(url, timeout=TIMEOUT_S))
     init = TransferInit(master_address="127.0.0.1", master_port=free_port(), rank_offset=1, world_size=0,
-                        packed=packed, packed_buffer_size_bytes=PACKED_BUFFER_BYTES)
+                        packed=packed, packed_buffer_size_bytes=setting.buffer_bytes,
+                        packed_num_buffers=setting.num_buffers)
     sync = SyncWeights([SyncTarget(server, GlooTransport(), init)], ModelWeightSource(model, dtype="float32"),
-                       timeout=TIMEOUT_S, chunk_bytes=chunk_bytes)
+                       timeout=TIMEOUT_S, chunk_bytes=setting.chunk_bytes)
     started = time.perf_counter()
     sync.connect()
     handshake = time.perf_counter() - started
     runs = []
     for version in versions:
         server.calls.clear()
+        offset = log.stat().st_size
         report = sync.sync(version)
-        runs.append({"seconds": report.seconds, "bytes": report.bytes, "chunks": report.chunks, **server.split()})
+        runs.append({"seconds": report.seconds, "bytes": report.bytes, "chunks": report.chunks, **server.split(),
+                     **(server_split(log, offset) if packed else {})})
     sync.close()
     best = min(runs, key=lambda r: r["seconds"])
     return {"handshake_s": handshake, "runs": runs, **best}
 
 
-def bench_size(size: str, python: Path, work: Path, naive: bool) -> dict:
+def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Setting]) -> dict:
     folder = work / size
     params = save_random_llama(size, folder)
     from transformers import AutoModelForCausalLM
@@ -209,21 +244,32 @@ def bench_size(size: str, python: Path, work: Path, naive: bool) -> dict:
     buckets = [sum(specs[i][1] for i in b) for b in bucket_boundaries([_Spec(b) for _, b in specs], PACKED_BUFFER_BYTES)]
     print(f"[{size}] {params / 1e6:.0f}M params, {nbytes / 1e9:.2f} GB, {len(specs)} tensors, buckets {buckets}", flush=True)
     raw = min(raw_broadcast_seconds(buckets) for _ in range(2))
+    log = work / f"server_{size}.log"
     process = VllmServerProcess(python=python, model_path=folder, port=free_port(), max_model_len=256,
-                                kv_cache_gib=1, log_path=work / f"server_{size}.log", startup_timeout_s=1800,
+                                kv_cache_gib=1, log_path=log, startup_timeout_s=1800,
                                 weight_transfer_backend="gloo", dtype="float32")
+    version = iter(range(1, 1000))
+    wired = Setting(PACKED_BUFFER_BYTES, CHUNK_BYTES, WIRED_NUM_BUFFERS)
     with process:
         print(f"[{size}] server up in {process.startup_seconds:.0f}s", flush=True)
-        ours = timed_sync(process.url, model, packed=True, chunk_bytes=CHUNK_BYTES, versions=[1, 2])
-        slow = timed_sync(process.url, model, packed=False, chunk_bytes=1, versions=[3]) if naive else None
+        ours = timed_sync(process.url, model, True, wired, [next(version), next(version)], log)
+        swept = {}
+        for setting in sweep:
+            got = timed_sync(process.url, model, True, setting, [next(version), next(version)], log)
+            swept[setting.label()] = {k: got[k] for k in ("seconds", "update", "server_wait_s", "server_load_s")}
+            print(f"[{size}] sweep {setting.label()} (buffer MiB:chunk MiB:buffers): {got['seconds']:.2f}s", flush=True)
+        slow = timed_sync(process.url, model, False, Setting(PACKED_BUFFER_BYTES, 1, 1), [next(version)], log) \
+            if naive else None
     row = {
         "size": size, "params": params, "bytes": nbytes, "tensors": len(specs), "buckets": len(buckets),
         "raw_s": raw, "raw_gbps": nbytes / raw / 1e9,
         "sync_s": ours["seconds"], "sync_gbps": nbytes / ours["seconds"] / 1e9,
         "ratio_to_raw": raw / ours["seconds"],
         "update_s": ours.get("update", 0.0), "finish_s": ours.get("finish", 0.0), "other_http_s": ours.get("other_http", 0.0),
-        "server_load_s": max(ours.get("update", 0.0) - raw, 0.0), "handshake_s": ours["handshake_s"],
+        "server_wait_s": ours["server_wait_s"], "server_load_s": ours["server_load_s"],
+        "handshake_s": ours["handshake_s"],
         "sync_runs_s": [r["seconds"] for r in ours["runs"]],
+        "sweep": {label: {**r, "ratio_to_raw": raw / r["seconds"]} for label, r in swept.items()},
     }
     if slow is not None:
         row.update(naive_s=slow["seconds"], naive_gbps=nbytes / slow["seconds"] / 1e9,
@@ -242,35 +288,45 @@ class _Spec:
 
 def render(rows: list[dict]) -> str:
     head = ("size", "params", "GB", "raw GB/s", "sync s", "sync GB/s", "ratio", "update s", "finish s",
-            "other s", "load est s", "naive s", "naive GB/s")
+            "other s", "srv wait s", "srv load s", "naive s", "naive GB/s")
     lines = [head]
     for r in rows:
         lines.append((r["size"], f"{r['params'] / 1e6:.0f}M", f"{r['bytes'] / 1e9:.2f}", f"{r['raw_gbps']:.2f}",
                       f"{r['sync_s']:.2f}", f"{r['sync_gbps']:.2f}", f"{r['ratio_to_raw']:.2f}", f"{r['update_s']:.2f}",
-                      f"{r['finish_s']:.2f}", f"{r['other_http_s']:.2f}", f"{r['server_load_s']:.2f}",
+                      f"{r['finish_s']:.2f}", f"{r['other_http_s']:.2f}", f"{r['server_wait_s']:.2f}",
+                      f"{r['server_load_s']:.2f}",
                       f"{r.get('naive_s', float('nan')):.2f}", f"{r.get('naive_gbps', float('nan')):.3f}"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines)
+    table = "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines)
+    sweeps = [f"{r['size']} {label}: {v['seconds']:.2f}s ratio {v['ratio_to_raw']:.2f} (update {v.get('update', 0):.2f}s, "
+              f"srv wait {v['server_wait_s']:.2f}s, srv load {v['server_load_s']:.2f}s)"
+              for r in rows for label, v in r.get("sweep", {}).items()]
+    return table + ("\nsweep (buffer MiB:chunk MiB:buffers):\n" + "\n".join(sweeps) if sweeps else "")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="small,135m,500m")
     parser.add_argument("--no-naive", action="store_true", help="skip the one-request-per-tensor path")
+    parser.add_argument("--sweep", default=DEFAULT_SWEEP, help="extra buffer MiB:chunk MiB:buffers settings ('' = none)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "sync_bandwidth.json")
     parser.add_argument("--server-python", type=Path, default=REPO / ".venv-vllm" / "bin" / "python")
+    parser.add_argument("--work", type=Path, default=None, help="keep models and server logs here (default: a temp dir)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="sync_bw_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sync_bw_") as temp:
+        tmp = args.work or temp
         for size in args.sizes.split(","):
-            rows.append(bench_size(size, args.server_python, Path(tmp), naive=not args.no_naive))
+            sweep = [Setting.parse(x) for x in args.sweep.split(",") if x]
+            rows.append(bench_size(size, args.server_python, Path(tmp), naive=not args.no_naive, sweep=sweep))
             print(render(rows[-1:]), flush=True)
     table = render(rows)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "table": table, "dtype": "float32",
                                     "packed_buffer_bytes": PACKED_BUFFER_BYTES, "chunk_bytes": CHUNK_BYTES,
+                                    "packed_num_buffers": WIRED_NUM_BUFFERS,
                                     "machine": f"{mp.cpu_count()} CPU cores (shared)"}, indent=2))
     print(f"wrote {args.out}")
     return 0

@@ -23,10 +23,17 @@ from domain.config import RunConfig
 
 log = logging.getLogger("rlsetup")
 
-# vLLM's default packed buffer; also the size of one `/update_weights` call's worth of tensors.
-PACKED_BUFFER_BYTES = 1024**3
-CHUNK_BYTES = PACKED_BUFFER_BYTES
+# Packed broadcast bucket size (vLLM's default is 1 GiB, `DEFAULT_PACKED_BUFFER_SIZE_BYTES`) and
+# the tensors per `/update_weights` call (1 GiB; also SGLang's single-buffer bucket). Buckets
+# smaller than a chunk give the double-buffered sender and the pipelined gloo receiver something
+# to overlap inside one call: measured in bench/sync_bandwidth.py (results/sync_bandwidth.json).
+PACKED_BUFFER_BYTES = 256 * 1024**2
+CHUNK_BYTES = 1024**3
 PROBLEM_POOL_SEED_STRIDE = 100_003
+# Receive buffers the server rotates through. On a small CPU host, overlapping the next gloo
+# receive with the current layer load contends for the same cores and measured slower (500M:
+# 2.50 s with one buffer, 3.40 s with two; bench/sync_bandwidth.py); GPUs overlap for free.
+PACKED_NUM_BUFFERS = {"gloo": 1, "nccl": 2}
 
 
 def group_ports(config: RunConfig, count: int) -> list[int]:
@@ -55,6 +62,7 @@ def sync_targets(
                 world_size=0,  # set at connect() from the server's /get_world_size
                 packed=True,
                 packed_buffer_size_bytes=PACKED_BUFFER_BYTES,
+                packed_num_buffers=PACKED_NUM_BUFFERS[config.server.weight_transfer_backend],
             ),
         )
         for url, port in zip(urls, group_ports(config, len(urls)))

@@ -12,20 +12,30 @@ raises after `timeout`.
 metadata), unpacked mode one broadcast per tensor in its own dtype. Tensors are checked against
 their specs before anything is sent. `timeout` bounds the whole chunk; a failed or timed-out
 broadcast aborts the group (the receiver is in an unknown state) and raises `TransportError`.
-Departure from vLLM's producer: no double buffering (`packed_num_buffers` is unused on CPU).
+
+Packed mode double-buffers like vLLM's producer (`packed_num_buffers` slots, round-robin; there
+CUDA streams, here gloo's own worker threads): a bucket's broadcast is posted asynchronously and
+the next bucket is packed into the next slot meanwhile; a slot is packed again only after its
+previous broadcast completed. Departure: the slots are kept warm between chunks and syncs (up to
+`packed_num_buffers` x the largest bucket of trainer memory, freed by `close()`), because fresh
+CPU memory page-faults while it is packed; vLLM re-allocates per bucket. The wire (bucket order,
+boundaries, bytes) is exactly vLLM's.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from adapters.transport.packed_tensors import check_payload, packed_buckets
+from adapters.transport.packed_tensors import PackBuffers, check_payload
 from application.ports.weight_sync import TransferInit, WeightChunk
+from domain.packing import bucket_boundaries
+from domain.tensors import TensorSpec
 
 
 class TransportError(RuntimeError):
@@ -39,6 +49,7 @@ class GlooTransport:
         self._init: TransferInit | None = None
         self._store: dist.TCPStore | None = None
         self._group: dist.ProcessGroupGloo | None = None
+        self._slots = PackBuffers()
         self.bytes_sent = 0
 
     @property
@@ -71,20 +82,41 @@ class GlooTransport:
             if tensor.device.type != "cpu":
                 raise TransportError(f"gloo transport sends CPU tensors; {spec.name!r} is on {tensor.device}")
         deadline = time.monotonic() + timeout
+        what = f"chunk starting at {chunk.specs[0].name!r}" if chunk.specs else "empty chunk"
         if self._init.packed:
-            buffers = packed_buckets(chunk.specs, tensors, self._init.packed_buffer_size_bytes)
-        else:
-            buffers = (tensor.detach().contiguous() for tensor in tensors)
-        for index, buffer in enumerate(buffers):
-            self._send(buffer, deadline, f"broadcast {index} of chunk starting at {chunk.specs[0].name!r}")
+            self._send_packed(chunk.specs, tensors, deadline, what)
+            return
+        for index, tensor in enumerate(tensors):
+            work = self._post(tensor.detach().contiguous(), deadline, f"broadcast {index} of {what}")
+            self._wait(work, deadline)
 
     def close(self) -> None:
         group, self._group = self._group, None
         self._store, self._init = None, None
+        self._slots.clear()
         if group is not None:
             group.shutdown()
 
-    def _send(self, buffer: torch.Tensor, deadline: float, what: str) -> None:
+    def _send_packed(
+        self, specs: Sequence[TensorSpec], tensors: Sequence[torch.Tensor], deadline: float, what: str
+    ) -> None:
+        """Pack bucket k+1 into the next slot while bucket k is on the wire (round-robin slots)."""
+        assert self._init is not None
+        slots = self._init.packed_num_buffers
+        in_flight: deque[_Sending] = deque()
+        for index, bucket in enumerate(bucket_boundaries(specs, self._init.packed_buffer_size_bytes)):
+            if len(in_flight) >= slots:
+                self._wait(in_flight.popleft(), deadline)
+            try:
+                buffer = self._slots.pack([tensors[i] for i in bucket], slot=index % slots)
+            except Exception as error:  # e.g. out of memory, after earlier buckets went out
+                self._abort()
+                raise TransportError(f"gloo packing of bucket {index} of {what} failed: {error}") from error
+            in_flight.append(self._post(buffer, deadline, f"broadcast {index} of {what}"))
+        while in_flight:
+            self._wait(in_flight.popleft(), deadline)
+
+    def _post(self, buffer: torch.Tensor, deadline: float, what: str) -> _Sending:
         assert self._group is not None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -94,20 +126,33 @@ class GlooTransport:
         options.rootRank = 0
         options.rootTensor = 0
         options.timeout = timedelta(seconds=remaining)
+        sending = _Sending(None, buffer.numel() * buffer.element_size(), what)
         try:
-            self._group.broadcast([buffer], options).wait(timedelta(seconds=remaining))
+            sending.work = self._group.broadcast([buffer], options)
         except Exception as error:
-            where = self._where()
-            self._abort()
-            raise TransportError(
-                f"gloo {what} ({buffer.numel() * buffer.element_size()} bytes) on {where} failed "
-                f"(receiver gone or timed out after {remaining:.1f}s): {error}"
-            ) from error
-        self.bytes_sent += buffer.numel() * buffer.element_size()
+            self._fail(sending, remaining, error)
+        return sending
+
+    def _wait(self, sending: _Sending, deadline: float) -> None:
+        remaining = max(deadline - time.monotonic(), 0.001)
+        try:
+            sending.work.wait(timedelta(seconds=remaining))
+        except Exception as error:
+            self._fail(sending, remaining, error)
+        self.bytes_sent += sending.nbytes
+
+    def _fail(self, sending: _Sending, remaining: float, error: Exception) -> None:
+        where = self._where()
+        self._abort()
+        raise TransportError(
+            f"gloo {sending.what} ({sending.nbytes} bytes) on {where} failed "
+            f"(receiver gone or timed out after {remaining:.1f}s): {error}"
+        ) from error
 
     def _abort(self) -> None:
         group, self._group = self._group, None
         self._store, self._init = None, None
+        self._slots.clear()
         if group is not None:
             group.abort()
 
@@ -115,3 +160,12 @@ class GlooTransport:
         if self._init is None:
             return "a closed group"
         return f"{self._init.master_address}:{self._init.master_port}"
+
+
+class _Sending:
+    """A posted broadcast: its gloo work (which keeps the buffer alive), size and description."""
+
+    __slots__ = ("work", "nbytes", "what")
+
+    def __init__(self, work: dist.Work | None, nbytes: int, what: str) -> None:
+        self.work, self.nbytes, self.what = work, nbytes, what

@@ -4,7 +4,9 @@ Same wire format as vLLM 0.32 `packed_tensor.pack_tensors`: each tensor is flatt
 bytes (`.contiguous().view(-1).view(torch.uint8)`), tensors are concatenated in metadata order,
 and the bucket boundaries are `domain.packing.bucket_boundaries` (vLLM's `total > buffer_size`
 rule), so the receiver can recompute them from names/dtypes/shapes. No padding, no per-bucket
-header. Every tensor is checked against its `TensorSpec` (dtype name and shape) before any byte is
+header. `PackBuffers` packs a bucket into a reused buffer (`torch.cat(out=)`): the bytes are the
+same as a fresh `torch.cat`, but warm memory packs several times faster on CPU (a fresh buffer
+page-faults on every 4 KiB). Every tensor is checked against its `TensorSpec` (dtype name and shape) before any byte is
 sent, because a mismatch would make the receiver split the stream wrongly or hang. Shared by the
 gloo transport and, later, the NCCL one.
 """
@@ -58,3 +60,31 @@ def packed_buckets(
     for bucket in bucket_boundaries(specs, buffer_size_bytes):
         pieces = [as_bytes(tensors[i]) for i in bucket]
         yield pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+
+class PackBuffers:
+    """Reusable uint8 buffers, one per slot, that buckets are packed into.
+
+    A slot's buffer grows to the largest bucket packed into it and is kept until `clear()`;
+    the caller must not pack into a slot whose previous bucket is still being sent. A bucket of
+    one tensor is that tensor's own bytes (no copy), as `packed_buckets` gives it."""
+
+    def __init__(self) -> None:
+        self._slots: dict[int, torch.Tensor] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(buffer.numel() for buffer in self._slots.values())
+
+    def pack(self, tensors: Sequence[torch.Tensor], slot: int) -> torch.Tensor:
+        pieces = [as_bytes(tensor) for tensor in tensors]
+        if len(pieces) == 1:
+            return pieces[0]
+        size = sum(piece.numel() for piece in pieces)
+        buffer = self._slots.get(slot)
+        if buffer is None or buffer.numel() < size:
+            buffer = self._slots[slot] = torch.empty(size, dtype=torch.uint8)
+        return torch.cat(pieces, out=buffer[:size])
+
+    def clear(self) -> None:
+        self._slots = {}

@@ -8,12 +8,16 @@ Matches vLLM 0.32 `nccl_engine.NCCLWeightTransferEngine` on the wire and in the 
   `finalize_layerwise_reload(model, model_config)`.
 - `receive_weights`: packed (vLLM's bucket rule, one uint8 broadcast per bucket) or one broadcast
   per tensor; `model.load_weights` per bucket/tensor inside `disable_mtp_completeness_check()`.
+  Packed mode honours `packed_num_buffers` as vLLM's consumer does (there: CUDA streams; here:
+  the next bucket's gloo receive is posted before the current one is loaded, `receive.py`).
 
 Departures (all needed on CPU or asked for by the project):
 - The group is a `ProcessGroupGloo` on a TCPStore client (`group.py`), not PyNccl; each wait is
   bounded by `RLSETUP_GLOO_TIMEOUT_S` (default 300 s, vLLM's store timeout).
 - `update_weights` skips the base class's `torch.accelerator.synchronize()` (no accelerator on
   CPU; gloo's wait already returned when the bytes are in the buffer).
+- Receive buffers come from a per-session `BufferPool` (`buffers.py`): a buffer is reused only
+  when no view of it is left (vLLM allocates fresh ones; on CPU that costs page faults).
 - After finalize, tied parameters are re-tied and their CPU GEMM rebuilt (`ties.py`).
 - An `update_info` with all lists empty reuses the previous call's metadata (vLLM 0.33's rule).
 - init/update info are validated strictly with errors naming the key (`info.py`).
@@ -32,7 +36,8 @@ from vllm.logger import init_logger
 from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
-from rlsetup_vllm_gloo.group import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, broadcast_from_root, join_gloo_group
+from rlsetup_vllm_gloo.buffers import BufferPool
+from rlsetup_vllm_gloo.group import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, join_gloo_group, post_broadcast
 from rlsetup_vllm_gloo.info import GlooInitInfo, GlooUpdateInfo, parse_init_info, parse_update_info
 from rlsetup_vllm_gloo.receive import receive_packed, receive_unpacked
 from rlsetup_vllm_gloo.ties import TiedAlias, find_tied_parameters, retie
@@ -51,6 +56,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self._init: GlooInitInfo | None = None
         self._last_update: GlooUpdateInfo | None = None
         self._ties: list[TiedAlias] = []
+        self._pool: BufferPool | None = None
 
     def parse_init_info(self, init_dict: dict[str, Any]) -> GlooInitInfo:
         return parse_init_info(init_dict)
@@ -75,10 +81,12 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         )
 
     def start_weight_update(self) -> None:
+        self._pool = None
         self._ties = find_tied_parameters(self.model)
         initialize_layerwise_reload(self.model)
 
     def finish_weight_update(self) -> None:
+        self._pool = None  # the receive buffers cost memory only during a sync
         finalize_layerwise_reload(self.model, self.model_config)
         fixed = retie(self._ties)
         if fixed:
@@ -96,23 +104,33 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
                 raise ValueError("gloo update_info is empty and no previous update_info to reuse")
             update_info = self._last_update
         metas = update_info.metas()
-        group, timeout_s = self._group, self._timeout_s
+        group, timeout_s, init = self._group, self._timeout_s, self._init
 
-        def broadcast(tensor: torch.Tensor) -> None:
-            broadcast_from_root(group, tensor, timeout_s)
+        def post(tensor: torch.Tensor):  # noqa: ANN202 - returns the bounded wait
+            return post_broadcast(group, tensor, timeout_s)
 
         started = time.monotonic()
         with disable_mtp_completeness_check():
-            if self._init.packed:
-                received = receive_packed(metas, self._init.packed_buffer_size_bytes, broadcast, self.model.load_weights)
+            if init.packed:
+                if self._pool is None:
+                    self._pool = BufferPool(keep=init.packed_num_buffers + 1)
+                got = receive_packed(
+                    metas, init.packed_buffer_size_bytes, post, self.model.load_weights,
+                    num_buffers=init.packed_num_buffers, pool=self._pool,
+                )
+                received, detail = got.nbytes, (
+                    f" ({got.buckets} buckets, {init.packed_num_buffers} buffers: waiting {got.wait_s:.2f}s, "
+                    f"loading {got.load_s:.2f}s; buffers reused {self._pool.reused}, allocated {self._pool.allocated})"
+                )
             else:
-                received = receive_unpacked(metas, broadcast, self.model.load_weights)
+                received, detail = receive_unpacked(metas, post, self.model.load_weights), ""
         self._last_update = update_info
         logger.info(
-            "gloo weight transfer: %d tensors, %.1f MB in %.2fs",
-            len(metas), received / 1e6, time.monotonic() - started,
+            "gloo weight transfer: %d tensors, %.1f MB in %.2fs%s",
+            len(metas), received / 1e6, time.monotonic() - started, detail,
         )
 
     def shutdown(self) -> None:
+        self._pool = None
         self._group = None
         self._init = None
