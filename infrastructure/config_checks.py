@@ -11,6 +11,8 @@ says so). There is no context-parallel key, so a CP request cannot even be writt
 from __future__ import annotations
 
 import difflib
+
+import attrs
 from collections.abc import Iterable, Mapping
 
 from domain.config import RunConfig
@@ -32,6 +34,36 @@ def semantic_problems(config: RunConfig, catalog: EnvironmentCatalog | None = No
         *_reward_problems(config),
         *_backend_problems(config),
         *_environment_problems(config, catalog),
+        *_unused_by_job(config),
+    ]
+
+
+# Fields a job never reads. A value other than the default would do nothing, so it is refused.
+_ENV_GRPO_IGNORES = {
+    "grpo": ("gradient_accumulation_steps", "logging_steps", "use_vllm", "vllm_mode", "vllm_server_base_url",
+             "vllm_server_host", "vllm_server_port", "vllm_server_timeout"),
+}
+_ONLINE_GRPO_READS_TRAINING = ("weight_sync_timeout", "eval_rollout_batch_size")
+
+
+def _unused_by_job(config: RunConfig) -> list[str]:
+    defaults = RunConfig()
+    if config.job == "env_grpo":
+        unused = {section: fields for section, fields in _ENV_GRPO_IGNORES.items()}
+        why = "env GRPO takes one optimizer step per batch and logs every step; TRL's server fields are for online_grpo"
+        if config.dataset != defaults.dataset:
+            return [f"section 'dataset' is only read by job 'online_grpo' @ $.dataset"]
+    else:
+        names = [a.name for a in attrs.fields(type(config.training))]
+        unused = {"training": tuple(n for n in names if n not in _ONLINE_GRPO_READS_TRAINING)}
+        why = "online GRPO reads only weight_sync_timeout and eval_rollout_batch_size of this section"
+        if config.environment != defaults.environment:
+            return [f"section 'environment' is only read by job 'env_grpo' @ $.environment"]
+    return [
+        f"'{field}' does nothing for job {config.job!r} ({why}); remove it @ $.{section}"
+        for section, fields in unused.items()
+        for field in fields
+        if getattr(getattr(config, section), field) != getattr(getattr(defaults, section), field)
     ]
 
 

@@ -97,7 +97,7 @@ def test_commands_hand_the_loaded_config_to_the_bootstrap(monkeypatch: pytest.Mo
     fake = install(monkeypatch, FakeBootstrap(code=0))
     assert main([*argv, str(CPU_EXAMPLE)]) == 0
     [(name, args)] = fake.calls
-    assert name == call and args[0].grpo.max_steps == 40
+    assert name == call and args[0].grpo.max_steps == 14
     if call == "run_training":
         assert args[1] == CPU_EXAMPLE
 

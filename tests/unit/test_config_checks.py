@@ -227,3 +227,16 @@ def test_carry_reasoning_false_is_refused_rather_than_ignored(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_run_config(path)
     assert any("carry_reasoning: false" in line and "$.environment.environment_kwargs" in line for line in error.value.problems)
+
+
+def test_fields_a_job_never_reads_are_refused_not_ignored() -> None:
+    lines = problems_of({"grpo": {"gradient_accumulation_steps": 4, "use_vllm": True}})
+    assert any("'gradient_accumulation_steps' does nothing for job 'env_grpo'" in line and line.endswith("@ $.grpo") for line in lines)
+    assert any("'use_vllm' does nothing for job 'env_grpo'" in line for line in lines)
+    online = {"job": "online_grpo", "grpo": {"use_vllm": True}, "rewards": [{"source": "math_verify"}]}
+    assert parse_run_config(online, CATALOG).job == "online_grpo"
+    lines = problems_of({**online, "training": {"num_rollout_workers": 4, "weight_sync_timeout": 100.0}})
+    assert lines == [
+        "'num_rollout_workers' does nothing for job 'online_grpo' (online GRPO reads only weight_sync_timeout and "
+        "eval_rollout_batch_size of this section); remove it @ $.training"
+    ]
