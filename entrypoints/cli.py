@@ -12,7 +12,9 @@ line per problem to stderr and exits 2, never a traceback; anything else is a bu
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from entrypoints import commands
@@ -35,7 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    # Unwind normally so the embedded vLLM server (a context manager) is stopped, not orphaned.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed the usage or the help

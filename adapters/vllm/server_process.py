@@ -11,6 +11,7 @@ ones (after temperature), uncapped, as TRL configures them. The process gets its
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -22,6 +23,18 @@ from pathlib import Path
 import httpx
 
 from adapters.vllm.errors import ServerStartError
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the trainer dies, even by SIGKILL (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: stop() and the CLI's SIGTERM handler still stop the server
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 class VllmServerProcess:
@@ -92,7 +105,7 @@ class VllmServerProcess:
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
                 self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
             )
         try:
             self._wait_healthy(started)
