@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -217,7 +218,12 @@ def main(out_dir: Path, cases: list[str]) -> None:
             torch.save(_record(sent), out_dir / f"{case}.pt")
         (out_dir / f"{case}.rank{rank}.json").write_text(json.dumps(status))
         dist.barrier()
-    dist.destroy_process_group()
+    # Every result is on disk and every rank passed the last barrier. Skip the C++ teardown of the
+    # gloo groups and device-mesh subgroups: on 2 cores it occasionally aborts ("terminate called
+    # without an active exception") after the work is done, which says nothing about the gather.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _record(sent: list) -> dict:
