@@ -12,8 +12,10 @@ against the engine's sampling log-probs included), while:
   out), one request of `n = num_generations` per unique prompt, several in flight at once;
 - `sync_weights` publishes version `global_step` through our `WeightPublisher` (the shared
   handshake + gather routine), skipping a version already published.
-Multi-process: prompts are gathered to the main process, which generates, then results are
-broadcast (TRL's own scheme); every rank publishes (every rank joins the gather).
+Multi-process (TRL's own server-mode scheme): every rank gathers all prompts (a group of
+`num_generations` copies may span ranks, so groups are checked on the gathered list), the main
+process alone generates and talks to the server, the results are broadcast and each rank keeps
+its slice; every rank publishes (every rank joins the weight gather; only rank 0 sends).
 """
 
 from __future__ import annotations
@@ -72,13 +74,15 @@ class ServerGeneration:
         num_generations: int,
         profiler: Any | None = None,
     ) -> GenerateResult:
-        if images is not None and any(image is not None for image in images):
-            raise ValueError("online GRPO generates from text prompts only; this batch carries images")
-        if len(prompts) % num_generations:
-            raise ValueError(f"{len(prompts)} prompts are not whole groups of num_generations={num_generations}")
         acc = self._accelerator
         multi = acc is not None and acc.num_processes > 1
+        has_images = images is not None and any(image is not None for image in images)
+        # every rank gathers before any check, so all ranks raise alike (a group may span ranks)
         all_prompts = _gather(prompts) if multi else prompts
+        if any(_gather([has_images]) if multi else [has_images]):
+            raise ValueError("online GRPO generates from text prompts only; this batch carries images")
+        if len(all_prompts) % num_generations:
+            raise ValueError(f"{len(all_prompts)} prompts are not whole groups of num_generations={num_generations}")
         payload = None
         if not multi or acc.is_main_process:
             with profiler or nullcontext():
