@@ -1,7 +1,8 @@
 """Env GRPO: the async loop that turns environment episodes into policy updates.
 
 One step: take the rollouts of `prompts_per_step` problems x `num_generations` episodes, price
-each episode with the reward terms, compute group advantages, take one learner step, and every
+each episode with the reward terms (plus the effort length term, when on; held-out evaluation
+reports the reward terms alone), compute group advantages, take one learner step, and every
 `sync_weights_every_n_steps` push the new weights to the servers. With prefetch on, the
 rollouts of step k+1 are submitted *before* step k trains, so generation overlaps training;
 those samples are then one version stale, which the loss's clipping against the engine's
@@ -22,6 +23,7 @@ from application.ports.generation import SamplingParams
 from application.ports.training import Learner, MetricsSink, Progress, RolloutPool, RolloutRequest
 from application.ports.weight_publisher import WeightPublisher
 from domain.advantages import group_advantages
+from domain.effort_length import EffortLength
 from domain.episodes import Episode
 from domain.rewards import RewardTerm, total_reward
 from domain.step_stats import step_statistics
@@ -40,6 +42,7 @@ class LoopSettings:
     reward_terms: tuple[RewardTerm, ...]
     rollout_timeout: float
     evaluate_before: bool = True
+    effort_length: EffortLength | None = None  # added to each training episode's reward when set
 
 
 @attrs.frozen(kw_only=True)
@@ -124,12 +127,27 @@ class EnvGRPOLoop:
 
     def _train(self, groups: Sequence[Sequence[Episode]]) -> Mapping[str, float]:
         episodes = [episode for group in groups for episode in group]
-        rewards = [total_reward(self._s.reward_terms, e.scores) for e in episodes]
+        rewards = [self._reward(e) for e in episodes]
         advantages = group_advantages(rewards, self._s.num_generations, self._s.scale_rewards)  # type: ignore[arg-type]
         learned = self._learner.train_step(episodes, advantages)
         self._policy_version += 1
         stats = step_statistics(episodes, rewards, self._s.num_generations, self._policy_version - 1)
-        return {**stats, **learned}
+        return {**stats, **learned, **self._effort_metrics(episodes)}
+
+    def _reward(self, episode: Episode) -> float:
+        """The reward terms, plus the effort length term when it is on (domain/effort_length.py)."""
+        reward = total_reward(self._s.reward_terms, episode.scores)
+        return reward if self._s.effort_length is None else reward + self._s.effort_length.adjustment(episode)
+
+    def _effort_metrics(self, episodes: Sequence[Episode]) -> Mapping[str, float]:
+        effort = self._s.effort_length
+        if effort is None or not episodes:
+            return {}
+        lengths = [effort.reasoning_tokens(e) for e in episodes]
+        return {
+            "reasoning_tokens_mean": sum(lengths) / len(lengths),
+            "effort_adjustment_mean": sum(effort.adjustment(e) for e in episodes) / len(episodes),
+        }
 
     def _maybe_sync(self, step: int, last: bool) -> Mapping[str, float]:
         if step % self._s.sync_weights_every_n_steps and not last:

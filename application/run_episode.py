@@ -10,6 +10,17 @@ A turn the engine ended without the end-of-turn token (a stop string) is closed 
 environment segment with `tokenizer.eos_token_ids[0]` (masked), so the template's rendering and
 the token ids stay aligned.
 
+`carry_reasoning: false` (the environment's resolved kwarg, `env.options`): concatenating ids would
+keep every turn's `<think>` reasoning in the next prompt, so instead each later turn's prompt is
+`tokenizer.prompt_ids(env.context())`, the conversation as the environment says the model should
+see it (reasoning dropped). The episode is then per-turn (`Episode.from_turns`): each turn's
+prompt and segments, trained as one row per turn; `token_budget` caps each turn's prompt plus
+completion. An environment that sets it false without a `context()` method is refused (ValueError).
+
+With a thinking budget and reasoning markers in `SamplingParams`, a reasoning end token the
+engine forced (the budget ran out) becomes a masked one-token segment inside the turn: it was not
+sampled from the policy (`domain/thinking_budget.py`).
+
 Stops, recorded as `Episode.finish_reason`:
 - "stop": the environment said done (its score is the episode's);
 - "length": the engine hit max_tokens (the truncated turn is still passed to `step`; if the
@@ -24,7 +35,7 @@ generation server (timeouts, HTTP) do escape: they are infrastructure failures, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,15 +43,20 @@ import attrs
 from application.ports.environment import EnvironmentClass, EpisodeEnvironment, Message, Problem, StepResult
 from application.ports.generation import Completion, GenerationServer, SamplingParams
 from application.ports.tokenizer import ChatTokenizer
-from domain.episodes import Episode, Segment
+from domain.episodes import Episode, RowTokens, Segment
 from domain.rewards import ScoreOutOfRange, check_score
+from domain.thinking_budget import split_forced_closes
 
 SCORE_SOURCE = "environment"
 
 
 @attrs.define
 class _Progress:
-    """What the episode has accumulated so far (mutable, private to one run)."""
+    """What the episode has accumulated so far (mutable, private to one run).
+
+    `prompt_ids + segments` is always what the engine sees next (the whole history, or in a
+    per-turn episode the current turn's re-rendered prompt); `total` counts those tokens.
+    """
 
     prompt_ids: list[int]
     messages: list[Message]
@@ -48,6 +64,19 @@ class _Progress:
     total: int = 0
     turns: int = 0
     turn_finish_reasons: list[str] = attrs.field(factory=list)
+    context: Callable[[], Sequence[Message]] | None = None  # set when the environment drops reasoning
+    finished_turns: list[RowTokens] = attrs.field(factory=list)  # per-turn episodes only
+
+    def start_turn(self, prompt_ids: list[int]) -> None:
+        """Per-turn episodes: set the finished turn aside and continue from a freshly rendered prompt."""
+        self.finished_turns.append(RowTokens(self.prompt_ids, self.segments))
+        self.prompt_ids, self.segments, self.total = list(prompt_ids), [], len(prompt_ids)
+
+    def episode(self, **fields: Any) -> Episode:
+        turns = [*self.finished_turns, *([RowTokens(self.prompt_ids, self.segments)] if self.segments else [])]
+        if self.context is None or not turns:
+            return Episode(prompt_token_ids=self.prompt_ids, segments=self.segments, **fields)
+        return Episode.from_turns(turns, **fields)
 
 
 def run_episode(
@@ -63,7 +92,8 @@ def run_episode(
 ) -> Episode:
     """One episode of `problem`; `max_turns=None` means the environment's own limit.
 
-    `token_budget` caps prompt plus completion tokens (None: only `params.max_tokens` per turn).
+    `token_budget` caps prompt plus completion tokens, of each turn's row in a per-turn episode
+    (None: only `params.max_tokens` per turn).
     """
     limit = env_cls.max_turns if max_turns is None else max_turns
     if limit < 1:
@@ -72,8 +102,9 @@ def run_episode(
         raise ValueError("environment_kwargs may not set 'max_turns'; use the environment config's max_turns")
     env = env_cls(problem, max_turns=limit, **dict(kwargs))
     try:
+        context = _context_when_reasoning_is_dropped(env, env_cls.name)
         opening = list(env.reset())
-        progress = _Progress(prompt_ids=tokenizer.prompt_ids(opening), messages=opening)
+        progress = _Progress(prompt_ids=tokenizer.prompt_ids(opening), messages=opening, context=context)
         progress.total = len(progress.prompt_ids)
         finish, score, notes = _loop(env, progress, server, tokenizer, params, limit, token_budget)
     finally:
@@ -81,9 +112,7 @@ def run_episode(
     metadata = {"turn_finish_reasons": tuple(progress.turn_finish_reasons), "environment": env_cls.name, **notes}
     if close_error:
         metadata["close_error"] = close_error
-    return Episode(
-        prompt_token_ids=progress.prompt_ids,
-        segments=progress.segments,
+    return progress.episode(
         scores={SCORE_SOURCE: score},
         weight_version=weight_version,
         num_turns=progress.turns,
@@ -121,6 +150,10 @@ def _loop(
             return "length", 0.0, {"reason": f"turn {progress.turns} hit max_tokens={turn_params.max_tokens} unfinished"}
         if progress.turns >= limit:
             return "max_turns", 0.0, {"reason": f"the environment did not finish within max_turns={limit}"}
+        if progress.context is not None:
+            if not _start_rendered_turn(progress, tokenizer, result, budget):
+                return "budget", 0.0, {"reason": f"the next turn's prompt does not fit in token_budget={budget}"}
+            continue
         inserted = _environment_tokens(tokenizer, progress, completion, result)
         if budget is not None and progress.total + len(inserted) >= budget:
             return "budget", 0.0, {"reason": f"the tool results do not fit in token_budget={budget}"}
@@ -135,11 +168,20 @@ def _sample(server: GenerationServer, progress: _Progress, params: SamplingParam
     if len(completions) != 1:
         raise RuntimeError(f"generation server {server.url} returned {len(completions)} completions for n=1")
     completion = completions[0]
-    progress.segments.append(Segment.from_engine(completion.token_ids, completion.logprobs))
+    progress.segments.extend(_engine_segments(ids, completion, params))
     progress.total += len(completion.token_ids)
     progress.turns += 1
     progress.turn_finish_reasons.append(completion.finish_reason)
     return completion
+
+
+def _engine_segments(context: list[int], completion: Completion, params: SamplingParams) -> list[Segment]:
+    """The turn as sampled segments, less the reasoning closes the thinking budget forced (masked)."""
+    if params.thinking_token_budget is None or params.reasoning_markers is None:
+        return [Segment.from_engine(completion.token_ids, completion.logprobs)]
+    return split_forced_closes(
+        context, completion.token_ids, completion.logprobs, params.thinking_token_budget, params.reasoning_markers
+    )
 
 
 def _step(env: EpisodeEnvironment, text: str) -> tuple[StepResult | None, str | None]:
@@ -166,6 +208,30 @@ def _environment_tokens(tokenizer: ChatTokenizer, progress: _Progress, completio
     end_of_turn = tokenizer.eos_token_ids[0]
     closing = [] if completion.token_ids and completion.token_ids[-1] == end_of_turn else [end_of_turn]
     return closing + tokenizer.continuation_ids(progress.messages, result.observation)
+
+
+def _context_when_reasoning_is_dropped(env: EpisodeEnvironment, name: str) -> Callable[[], Sequence[Message]] | None:
+    """`env.context` when the environment's resolved `carry_reasoning` is False, else None (token-in/token-out)."""
+    options = getattr(env, "options", None)
+    if not isinstance(options, Mapping) or options.get("carry_reasoning", True) is not False:
+        return None
+    context = getattr(env, "context", None)
+    if not callable(context):
+        raise ValueError(
+            f"environment {name!r} sets carry_reasoning false but has no context() method to render each turn's prompt from"
+        )
+    return context
+
+
+def _start_rendered_turn(progress: _Progress, tokenizer: ChatTokenizer, result: StepResult, budget: int | None) -> bool:
+    """Per-turn episodes: the next prompt is the environment's context, rendered; False if it leaves no room."""
+    assert progress.context is not None
+    progress.messages.extend(result.observation)
+    prompt = tokenizer.prompt_ids(list(progress.context()))
+    if budget is not None and len(prompt) >= budget:
+        return False
+    progress.start_turn(prompt)
+    return True
 
 
 def _close(env: EpisodeEnvironment) -> str | None:

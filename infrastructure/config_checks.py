@@ -4,8 +4,12 @@ Run after structuring (types and ranges are already right). They check what one 
 see alone: the environment exists (registered name, or an importable `BaseEnvironment`
 subclass given as `environment_cls`) and accepts its `environment_kwargs`; every reward source
 is known for the job; `job: online_grpo` is TRL's server mode (`grpo.use_vllm: true`,
-`grpo.vllm_mode: server`); `carry_reasoning` is refused under `rollout_backend: sglang` (the seed
-says so). There is no context-parallel key, so a CP request cannot even be written down.
+`grpo.vllm_mode: server`); `carry_reasoning` (true or false; false is served by per-turn rows, see
+application/run_episode.py) is refused under `rollout_backend: sglang` (the seed says so). There is
+no context-parallel key, so a CP request cannot even be written down.
+`rollout_max_thinking_tokens` (vLLM's engine-side budget) is refused under sglang and, for the
+embedded server, without `server.reasoning_parser`; the reasoning tokens and the effort length
+terms are refused where they would do nothing or cannot work (`_thinking_budget_problems`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import difflib
 import attrs
 from collections.abc import Iterable, Mapping
 
-from domain.config import RunConfig
+from domain.config import AsyncTrainingConfig, RunConfig
+from domain.effort_length import effort_level
+from domain.thinking_budget import opening_tag
 from infrastructure.environment_catalog import EnvironmentCatalog, RegistryCatalog
 
 # The one place that lists the reward sources each job knows (the lead adds the online verifiers).
@@ -33,6 +39,7 @@ def semantic_problems(config: RunConfig, catalog: EnvironmentCatalog | None = No
         *_job_problems(config),
         *_reward_problems(config),
         *_backend_problems(config),
+        *_thinking_budget_problems(config),
         *_environment_problems(config, catalog),
         *_unused_by_job(config),
     ]
@@ -43,7 +50,7 @@ _ENV_GRPO_IGNORES = {
     "grpo": ("gradient_accumulation_steps", "logging_steps", "use_vllm", "vllm_mode", "vllm_server_base_url",
              "vllm_server_host", "vllm_server_port", "vllm_server_timeout"),
 }
-_ONLINE_GRPO_READS_TRAINING = ("weight_sync_timeout", "eval_rollout_batch_size")
+_ONLINE_GRPO_READS_TRAINING = ("weight_sync_timeout", "eval_rollout_batch_size", "verify_sync_every_n_syncs")
 
 
 def _unused_by_job(config: RunConfig) -> list[str]:
@@ -56,7 +63,7 @@ def _unused_by_job(config: RunConfig) -> list[str]:
     else:
         names = [a.name for a in attrs.fields(type(config.training))]
         unused = {"training": tuple(n for n in names if n not in _ONLINE_GRPO_READS_TRAINING)}
-        why = "online GRPO reads only weight_sync_timeout and eval_rollout_batch_size of this section"
+        why = f"online GRPO reads only {', '.join(_ONLINE_GRPO_READS_TRAINING)} of this section"
         if config.environment != defaults.environment:
             return [f"section 'environment' is only read by job 'env_grpo' @ $.environment"]
     return [
@@ -102,16 +109,57 @@ def _reward_problems(config: RunConfig) -> list[str]:
 
 def _backend_problems(config: RunConfig) -> list[str]:
     kwargs = config.environment.environment_kwargs
+    # `carry_reasoning: false` itself is served by the rollout loop (application/run_episode.py):
+    # each turn's prompt is re-rendered from the environment's context and trained as its own row.
     if config.training.rollout_backend == "sglang" and "carry_reasoning" in kwargs:
         return ["'carry_reasoning' is refused under 'rollout_backend: sglang' @ $.environment.environment_kwargs"]
-    if kwargs.get("carry_reasoning") is False:
-        # Episodes are token-in/token-out: each turn's prompt is the exact token history, so a
-        # turn's reasoning is always in the next turn's context. Dropping it would need one
-        # training row per turn; until then we refuse rather than silently carry it.
-        return [
-            "'carry_reasoning: false' is not supported yet: token-in/token-out episodes always carry "
-            "the reasoning into the next turn @ $.environment.environment_kwargs"
-        ]
+    return []
+
+
+def _thinking_budget_problems(config: RunConfig) -> list[str]:
+    """`rollout_max_thinking_tokens`, the reasoning tokens and the effort terms (domain/thinking_budget.py)."""
+    t = config.training
+    if config.job != "env_grpo":
+        return []  # `_unused_by_job` refuses these training keys for online GRPO
+    problems = []
+    if t.rollout_max_thinking_tokens is not None and t.rollout_backend == "sglang":
+        problems.append(
+            "'rollout_max_thinking_tokens' is refused under 'rollout_backend: sglang' "
+            "(it is vLLM's engine-side thinking_token_budget) @ $.training"
+        )
+    if not t.server_urls and t.rollout_max_thinking_tokens is not None and config.server.reasoning_parser is None:
+        problems.append(
+            "'rollout_max_thinking_tokens' needs a reasoning parser on the embedded vLLM server: "
+            "set 'server.reasoning_parser' (e.g. qwen3) @ $.training"
+        )
+    if t.server_urls and config.server.reasoning_parser is not None:
+        problems.append(
+            "'reasoning_parser' only configures the embedded server; start your server with "
+            "--reasoning-parser instead @ $.server"
+        )
+    return problems + _reasoning_token_problems(t)
+
+
+def _reasoning_token_problems(t: AsyncTrainingConfig) -> list[str]:
+    effort_on = t.effort_length_penalty_k0 > 0 or t.effort_length_floor_weight > 0
+    if t.rollout_reasoning_start_token is not None and t.rollout_reasoning_end_token is None:
+        return ["'rollout_reasoning_start_token' needs 'rollout_reasoning_end_token' @ $.training"]
+    if t.rollout_reasoning_end_token is not None:
+        if t.rollout_max_thinking_tokens is None:
+            return ["'rollout_reasoning_end_token' needs 'rollout_max_thinking_tokens' (the budget whose "
+                    "forced closes it masks) @ $.training"]
+        if t.rollout_reasoning_start_token is None and opening_tag(t.rollout_reasoning_end_token) is None:
+            return [f"'rollout_reasoning_end_token' {t.rollout_reasoning_end_token!r} is not a closing tag "
+                    "</name>: give 'rollout_reasoning_start_token' too @ $.training"]
+    if not effort_on:
+        return []
+    if t.rollout_max_thinking_tokens is None or t.rollout_reasoning_end_token is None:
+        return ["the effort length terms need 'rollout_max_thinking_tokens' and 'rollout_reasoning_end_token' "
+                "(the budget and the tokens that delimit reasoning) @ $.training"]
+    try:
+        effort_level(t.rollout_chat_template_kwargs)
+    except ValueError as exc:
+        return [f"{exc} @ $.training.rollout_chat_template_kwargs"]
     return []
 
 

@@ -30,7 +30,7 @@ from application.run_env_grpo import EnvGRPOLoop
 from application.sync_weights import SyncWeights
 from application.verified_publisher import VerifyingPublisher
 from domain.config import RunConfig
-from infrastructure import wiring
+from infrastructure import reasoning_tokens, wiring
 from infrastructure.episode_runner import EpisodeRunnerSpec, build_episode_runner, environment_class
 from infrastructure.metrics import JsonlMetricsSink, TqdmProgress
 from infrastructure.sync_verification import build_verifier
@@ -109,6 +109,8 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         every_n_syncs=config.provided.training.verify_sync_every_n_syncs,
     )
 
+    # `rollout_reasoning_end_token` (and its start) as token ids; None without a thinking budget
+    reasoning_markers = providers.Singleton(reasoning_tokens.reasoning_markers, config.provided.training, model_path)
     runner_spec = providers.Singleton(
         EpisodeRunnerSpec,
         rollout_backend=config.provided.training.rollout_backend,
@@ -118,6 +120,7 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         chat_template_kwargs=config.provided.training.rollout_chat_template_kwargs,
         environment=config.provided.environment,
         token_budget=config.provided.training.max_train_row_tokens,
+        reasoning_markers=reasoning_markers,
     )
     pool = providers.Resource(
         _resource(RayRolloutPool, "close"),
@@ -133,7 +136,7 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
     evaluator = providers.Singleton(wiring.evaluator, config, env_cls, pool)
     loop = providers.Factory(
         EnvGRPOLoop,
-        settings=providers.Callable(wiring.loop_settings, config, server_urls),
+        settings=providers.Callable(wiring.loop_settings, config, server_urls, reasoning_markers),
         problems=providers.Callable(wiring.training_problems, config, env_cls),
         pool=pool,
         learner=learner,

@@ -21,6 +21,7 @@ from application.ports.generation import SamplingParams
 from application.run_episode import run_episode
 from domain.config import EnvironmentConfig
 from domain.episodes import Episode
+from domain.thinking_budget import ReasoningMarkers
 
 
 GENERATION_SERVERS = {"vllm": VllmHttpServer, "sglang": SglangHttpServer}
@@ -35,6 +36,8 @@ class EpisodeRunnerSpec:
     chat_template_kwargs: Mapping[str, Any]
     environment: EnvironmentConfig
     token_budget: int
+    # the run's resolved reasoning markers: forced reasoning closes are masked (domain/thinking_budget)
+    reasoning_markers: ReasoningMarkers | None = None
 
 
 def environment_class(config: EnvironmentConfig):
@@ -51,6 +54,8 @@ def build_episode_runner(spec: EpisodeRunnerSpec, worker_index: int) -> Callable
 
     def run(problem: Problem, sampling: SamplingParams, version: int, max_turns: int | None, index: int) -> Episode:
         server = servers[index % len(servers)]
+        if spec.reasoning_markers is not None:
+            sampling = attrs.evolve(sampling, reasoning_markers=spec.reasoning_markers)
         return run_episode(env_cls, problem, kwargs, server, tokenizer, sampling, max_turns, version, spec.token_budget)
 
     return run

@@ -4,7 +4,8 @@
   `vllm_group_port` or each server's own `group_port`);
 - the loop settings (prefetch is turned off, with a warning, when only one server is
   configured: a single server blocks during the sync, so nothing can overlap);
-- the training problem stream and the held-out evaluator.
+- the training problem stream and the held-out evaluator;
+- the effort length term of the loop (from the reasoning markers the container resolved).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from application.ports.weight_sync import TransferInit, WeightSyncServer, Weight
 from application.run_env_grpo import LoopSettings
 from application.sync_report import SyncTarget
 from domain.config import RunConfig
+from domain.thinking_budget import ReasoningMarkers
+from infrastructure.reasoning_tokens import effort_length
 
 log = logging.getLogger("rlsetup")
 
@@ -75,10 +78,11 @@ def sampling(config: RunConfig) -> SamplingParams:
         max_tokens=t.rollout_max_tokens,
         temperature=config.grpo.temperature if t.rollout_temperature is None else t.rollout_temperature,
         top_p=config.grpo.top_p if t.rollout_top_p is None else t.rollout_top_p,
+        thinking_token_budget=t.rollout_max_thinking_tokens,
     )
 
 
-def loop_settings(config: RunConfig, urls: Sequence[str]) -> LoopSettings:
+def loop_settings(config: RunConfig, urls: Sequence[str], markers: ReasoningMarkers | None = None) -> LoopSettings:
     prefetch = config.training.enable_prefetch
     if prefetch and len(urls) < 2:
         log.warning(
@@ -98,6 +102,7 @@ def loop_settings(config: RunConfig, urls: Sequence[str]) -> LoopSettings:
         reward_terms=config.rewards,
         evaluate_before=config.eval.before_training,
         rollout_timeout=batch_timeout(config, config.training.prompts_per_step * config.grpo.num_generations),
+        effort_length=effort_length(config.training, markers),
     )
 
 

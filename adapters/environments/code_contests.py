@@ -40,7 +40,7 @@ class CodeContests(BaseEnvironment):
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
         super().__init__(problem, **kwargs)
         self._sandbox = make_sandbox(self.name, self.options)
-        self._turns = CodingTurns(self.max_turns)
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
 
     @classmethod
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
@@ -52,11 +52,15 @@ class CodeContests(BaseEnvironment):
         return [as_problem(p, split) for p in found]
 
     def reset(self) -> list[Message]:
-        self._turns = CodingTurns(self.max_turns)
-        return [Message(role="user", content=self.problem.prompt)]
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
+        return self._turns.open([Message(role="user", content=self.problem.prompt)])
+
+    def context(self) -> tuple[Message, ...]:
+        """The conversation as the model should see it before its next turn (see carry_reasoning)."""
+        return self._turns.context()
 
     def step(self, action: str) -> StepResult:
-        last = self._turns.next()
+        last = self._turns.next(action)
         report = judge_submission(self._sandbox, action, self.problem, self.options["timeout_per_test"])
         if isinstance(report, str):
             if last or report.startswith("sandbox failure"):

@@ -57,7 +57,7 @@ class Codeforces(BaseEnvironment):
         return [Message(role="user", content=self.problem.prompt)]
 
     def step(self, action: str) -> StepResult:
-        last = self._turns.next()
+        last = self._turns.next(action)
         report = judge_submission(self._sandbox, action, self.problem, self.options["timeout_per_test"])
         if isinstance(report, str):
             if last or report.startswith("sandbox failure"):

@@ -3,22 +3,29 @@
 Each coding environment composes a `CodingTurns` (no base-class inheritance beyond
 `BaseEnvironment`): it counts turns, decides whether a turn is the last one, and turns a sandbox
 failure into a finished, zero-score step whose metadata says why, so a worker never crashes on
-model code. `carry_reasoning` is declared by the multi-turn coding environments and read by the
-rollout loop; the environments themselves always drop `<think>` blocks before reading code.
+model code. `carry_reasoning` is declared by the multi-turn coding environments (native_coding,
+code_contests, swe): `CodingTurns` records the conversation as the model should see it before its
+next turn (`context()`, a `search_turns.Conversation`: assistant turns verbatim, or without their
+`<think>` reasoning when false), and the rollout loop renders each turn's prompt from it when the
+kwarg is false. The environments themselves always drop `<think>` blocks before reading code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from adapters.environments.base import KwargSpec
+from adapters.environments.search_turns import Conversation, split_reasoning
 from adapters.sandbox.limits import SandboxLimits
 from adapters.sandbox.sandbox import Sandbox, SandboxError
 from application.ports.environment import Message, StepResult
 
 TIMEOUT_PER_TEST = KwargSpec(3.0, "wall-clock seconds each test may run in the sandbox")
 CARRY_REASONING = KwargSpec(
-    False, "keep earlier turns' <think> reasoning in the context (read by the rollout loop; code inside <think> is never run)"
+    False,
+    "keep earlier turns' <think> reasoning in the context; false: each turn's prompt is re-rendered without it "
+    "and trained as its own row (code inside <think> is never run)",
 )
 MEMORY_MB = KwargSpec(512, "address-space limit of the sandboxed program, in MiB")
 EVAL_FRACTION = KwargSpec(0.2, "share of the problem space reserved for the eval split, in (0, 1)")
@@ -45,19 +52,35 @@ def make_sandbox(name: str, options: dict[str, Any]) -> Sandbox:
 
 
 class CodingTurns:
-    """Turn counter plus the conversions every coding environment needs."""
+    """Turn counter, the episode's context, and the conversions every coding environment needs."""
 
-    def __init__(self, max_turns: int) -> None:
+    def __init__(self, max_turns: int, carry_reasoning: bool = True) -> None:
         self.max_turns = max_turns
         self.turn = 0
+        self._conversation = Conversation(carry_reasoning)
 
-    def next(self) -> bool:
-        """Count a turn; True when it is the episode's last one."""
+    def open(self, messages: Iterable[Message]) -> list[Message]:
+        """Start the context with the opening messages; returns them (for `reset`)."""
+        return self._conversation.open(messages)
+
+    def next(self, action: str) -> bool:
+        """Count a turn and record it in the context; True when it is the episode's last one."""
         self.turn += 1
+        text = action if isinstance(action, str) else str(action)
+        self._conversation.add_turn(text, split_reasoning(text)[1])
         return self.turn >= self.max_turns
 
+    def context(self) -> tuple[Message, ...]:
+        """The conversation as the model should see it before its next turn (see carry_reasoning)."""
+        return self._conversation.messages()
+
     def feedback(self, text: str, **metadata: Any) -> StepResult:
-        return StepResult(observation=(Message(role="user", content=text),), metadata={"turns": self.turn, **metadata})
+        return self.reply((Message(role="user", content=text),), **metadata)
+
+    def reply(self, observation: tuple[Message, ...], **metadata: Any) -> StepResult:
+        """A step that continues the episode: the observation joins the context and goes to the model."""
+        self._conversation.add(observation)
+        return StepResult(observation=observation, metadata={"turns": self.turn, **metadata})
 
     def finish(self, score: float, **metadata: Any) -> StepResult:
         return StepResult(done=True, score=float(score), metadata={"turns": self.turn, **metadata})

@@ -51,7 +51,7 @@ class NativeCoding(BaseEnvironment):
         super().__init__(problem, **kwargs)
         self._sandbox = make_sandbox(self.name, self.options)
         self._tests = split_check(problem.metadata["test"])
-        self._turns = CodingTurns(self.max_turns)
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
 
     @classmethod
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
@@ -76,11 +76,15 @@ class NativeCoding(BaseEnvironment):
         return [task_problem(task, split) for task in tasks]
 
     def reset(self) -> list[Message]:
-        self._turns = CodingTurns(self.max_turns)
-        return [Message(role="user", content=INSTRUCTIONS.format(code_prompt=self.problem.metadata["code_prompt"]))]
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
+        return self._turns.open([Message(role="user", content=INSTRUCTIONS.format(code_prompt=self.problem.metadata["code_prompt"]))])
+
+    def context(self) -> tuple[Message, ...]:
+        """The conversation as the model should see it before its next turn (see carry_reasoning)."""
+        return self._turns.context()
 
     def step(self, action: str) -> StepResult:
-        last = self._turns.next()
+        last = self._turns.next(action)
         code = extract_code(action)
         error = syntax_error(code)
         if error is not None:

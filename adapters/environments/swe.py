@@ -47,7 +47,7 @@ class Swe(BaseEnvironment):
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
         super().__init__(problem, **kwargs)
         self._sandbox = make_sandbox(self.name, self.options)
-        self._turns = CodingTurns(self.max_turns)
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
         self._root: str | None = None
 
     @classmethod
@@ -73,22 +73,26 @@ class Swe(BaseEnvironment):
 
     def reset(self) -> list[Message]:
         self.close()
-        self._turns = CodingTurns(self.max_turns)
+        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
         self._root = tempfile.mkdtemp(prefix="rlsetup-swe-")
         init_repo(self._root, dict(self.problem.metadata["files"]))
-        return [Message(role="system", content=TOOLS_HELP), Message(role="user", content=self.problem.prompt)]
+        return self._turns.open([Message(role="system", content=TOOLS_HELP), Message(role="user", content=self.problem.prompt)])
+
+    def context(self) -> tuple[Message, ...]:
+        """The conversation as the model should see it before its next turn (see carry_reasoning)."""
+        return self._turns.context()
 
     def step(self, action: str) -> StepResult:
         if self._root is None:
             raise RuntimeError("swe: step() before reset()")
-        last = self._turns.next()
+        last = self._turns.next(action)
         call = parse_call(strip_reasoning(action))
         if (call is not None and call[0] == "submit") or last:
             return self._score(submitted=call is not None and call[0] == "submit")
         if call is None:
             return self._turns.feedback("tool error: no <tool>...</tool> call found; see the tool list, or <tool>submit</tool>")
         reply = run_tool(self._root, call, self._sandbox, self.options["timeout_per_test"] * 4)
-        return StepResult(observation=(Message(role="tool", content=reply),), metadata={"turns": self._turns.turn, "tool": call[0][:40]})
+        return self._turns.reply((Message(role="tool", content=reply),), tool=call[0][:40])
 
     def close(self) -> None:
         if self._root is not None:

@@ -4,7 +4,9 @@ Runs `python -m vllm.entrypoints.openai.api_server` (`vllm serve` is broken in t
 build) with the server interpreter given (e.g. `.venv-vllm/bin/python`), never importing vLLM
 here. `VLLM_SERVER_DEV_MODE=1` mounts the RL routes; `--weight-transfer-config` selects a backend
 (`gloo` needs the `rlsetup_vllm_gloo` plugin installed in that env); logprobs are the processed
-ones (after temperature), uncapped, as TRL configures them. The process gets its own session so
+ones (after temperature), uncapped, as TRL configures them. `reasoning_parser` becomes
+`--reasoning-parser` (what a request's `thinking_token_budget` needs); `extra_env` is laid over
+the inherited environment (e.g. `VLLM_USE_V2_MODEL_RUNNER=0`). The process gets its own session so
 `stop()` can signal the whole group: SIGTERM, then SIGKILL after `stop_grace_s`. Startup polls
 `GET /health` until `startup_timeout_s`, failing fast with the log tail if the process exits.
 """
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -54,6 +57,8 @@ class VllmServerProcess:
         dtype: str = "float32",
         extra_args: tuple[str, ...] = (),
         stop_grace_s: float = 5.0,
+        reasoning_parser: str | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self._python = str(python)
         self._model_path = str(model_path)
@@ -64,6 +69,8 @@ class VllmServerProcess:
         self._log_path = Path(log_path)
         self._backend = weight_transfer_backend
         self._extra_args = tuple(extra_args)
+        self._reasoning_parser = reasoning_parser
+        self._extra_env = dict(extra_env or {})
         self._stop_grace_s = stop_grace_s
         self._process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
@@ -85,6 +92,8 @@ class VllmServerProcess:
         ]
         if self._backend is not None:
             args += ["--weight-transfer-config", json.dumps({"backend": self._backend})]
+        if self._reasoning_parser is not None:
+            args += ["--reasoning-parser", self._reasoning_parser]
         return args + list(self._extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -94,6 +103,7 @@ class VllmServerProcess:
             VLLM_CPU_OMP_THREADS_BIND=self._cpu_threads,
             VLLM_CPU_KVCACHE_SPACE=f"{self._kv_cache_gib:g}",
         )
+        env.update(self._extra_env)
         return env
 
     def start(self) -> "VllmServerProcess":

@@ -29,3 +29,6 @@ class ServerConfig:
     # native engine). It is both what the embedded server is started with and the transport the
     # trainer opens towards configured (external) servers.
     weight_transfer_backend: str = attrs.field(default="gloo", validator=one_of(("gloo", "nccl")))
+    # vLLM's `--reasoning-parser` for the embedded server (e.g. `qwen3`, `deepseek_r1`): what
+    # `training.rollout_max_thinking_tokens` needs. External servers are started with their own.
+    reasoning_parser: str | None = None

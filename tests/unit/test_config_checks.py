@@ -219,16 +219,6 @@ def test_a_broken_registry_is_one_line_not_a_traceback() -> None:
     ]
 
 
-def test_carry_reasoning_false_is_refused_rather_than_ignored(tmp_path):
-    from infrastructure.config_loader import ConfigError, load_run_config
-
-    path = tmp_path / "c.yaml"
-    path.write_text("environment:\n  environment_type: qa_search\n  environment_kwargs: {carry_reasoning: false}\n")
-    with pytest.raises(ConfigError) as error:
-        load_run_config(path)
-    assert any("carry_reasoning: false" in line and "$.environment.environment_kwargs" in line for line in error.value.problems)
-
-
 def test_fields_a_job_never_reads_are_refused_not_ignored() -> None:
     lines = problems_of({"grpo": {"gradient_accumulation_steps": 4, "use_vllm": True}})
     assert any("'gradient_accumulation_steps' does nothing for job 'env_grpo'" in line and line.endswith("@ $.grpo") for line in lines)
@@ -237,6 +227,6 @@ def test_fields_a_job_never_reads_are_refused_not_ignored() -> None:
     assert parse_run_config(online, CATALOG).job == "online_grpo"
     lines = problems_of({**online, "training": {"num_rollout_workers": 4, "weight_sync_timeout": 100.0}})
     assert lines == [
-        "'num_rollout_workers' does nothing for job 'online_grpo' (online GRPO reads only weight_sync_timeout and "
-        "eval_rollout_batch_size of this section); remove it @ $.training"
+        "'num_rollout_workers' does nothing for job 'online_grpo' (online GRPO reads only weight_sync_timeout, "
+        "eval_rollout_batch_size, verify_sync_every_n_syncs of this section); remove it @ $.training"
     ]
