@@ -1,9 +1,12 @@
 """Bounded calls of one weight sync: each turns into a result or a `StepFailed` naming the
 server, the endpoint, the sync number and the seconds waited (invariant I4 of
-`domain.sync_protocol`); and the once-per-server rendezvous of the transfer group."""
+`domain.sync_protocol`); and the once-per-server rendezvous of the transfer group, called off
+at once when the server's side of it fails."""
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -12,6 +15,7 @@ import attrs
 
 from application.bounded_call import PendingCall, call_bounded
 from application.ports.ranks import RankAgreement
+from application.ports.weight_sync import TransferInit, WeightSyncServer
 from application.sync_report import SyncTarget
 from domain.sync_protocol import SyncFailure, SyncStep
 
@@ -83,12 +87,29 @@ class BoundedSteps:
 
 def open_transfer_group(steps: BoundedSteps, target: SyncTarget, on_open: Callable[[], None]) -> int | None:
     """GET /get_world_size, then init_weight_transfer (daemon thread) || transport.open (this
-    thread), both bounded; returns the weight version the server reports once connected."""
+    thread), both bounded; returns the weight version the server reports once connected.
+
+    A failed init sets the open's `abort` event, so the trainer stops waiting for a peer that is
+    not coming; the init's own failure (the server's answer) is then the one raised."""
     url, server = target.server.url, target.server
     world = steps.call(url, SyncStep.WORLD_SIZE, server.world_size)
     init = attrs.evolve(target.init, world_size=target.init.rank_offset + world)
-    pending = PendingCall(lambda: server.init_weight_transfer(init, init.rank_offset), f"init {url}")
-    steps.here(url, SyncStep.OPEN, lambda: target.transport.open(init, steps.timeout))
+    abort = threading.Event()
+    pending = PendingCall(functools.partial(_init_or_abort, server, init, abort), f"init {url}")
+    try:
+        steps.here(url, SyncStep.OPEN, lambda: target.transport.open(init, steps.timeout, abort))
+    except StepFailed:
+        if abort.is_set():  # called off by the init's failure: report that (it is ending right now)
+            steps.wait(url, SyncStep.INIT, pending, time.monotonic())
+        raise
     on_open()
     steps.wait(url, SyncStep.INIT, pending, time.monotonic())
     return steps.call(url, SyncStep.CHECK_VERSION, server.weight_version)
+
+
+def _init_or_abort(server: WeightSyncServer, init: TransferInit, abort: threading.Event) -> None:
+    try:
+        server.init_weight_transfer(init, init.rank_offset)
+    except BaseException:
+        abort.set()
+        raise

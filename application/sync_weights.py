@@ -5,6 +5,8 @@ Drives the handshake of `domain.sync_protocol` through the ports of
 
     connect():    per server  GET /get_world_size -> init_weight_transfer (worker thread)
                                                       || transport.open (this thread)
+                              (a failed init aborts the open at once: the error is the server's
+                              answer, not the rendezvous timeout)
     sync(v):      per server  GET /weight_info == recorded? -> pause -> start_weight_update
                   per chunk   every server: update_weights (worker thread) || broadcast (this thread)
                   ranks agree the gather succeeded everywhere (commit point)

@@ -5,7 +5,9 @@ wait_for_workers=False)` (waiting for workers in the constructor would block bef
 call that brings the server in), then a `ProcessGroupGloo(store, 0, world_size, timeout)` built
 directly, never through `init_process_group`, so it coexists with a training job's own default
 group under torchrun. `ProcessGroupGloo`'s constructor returns once every rank has joined, or
-raises after `timeout`.
+raises after `timeout`, or as soon as `abort` is set: its store waits go through `AbortableStore`,
+so a server whose `/init_weight_transfer_engine` failed does not cost the whole timeout. A
+called-off or failed open leaves nothing behind (store, listening socket, half-built group dropped).
 
 `broadcast` sends one chunk: packed mode is one uint8 broadcast per bucket of
 `domain.packing.bucket_boundaries` (vLLM's rule, recomputed by the server from the HTTP
@@ -24,6 +26,7 @@ boundaries, bytes) is exactly vLLM's.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -32,6 +35,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from adapters.transport.abortable_store import AbortableStore, rendezvous_failure
 from adapters.transport.packed_tensors import PackBuffers, check_payload
 from application.ports.weight_sync import TransferInit, WeightChunk
 from domain.packing import bucket_boundaries
@@ -56,21 +60,21 @@ class GlooTransport:
     def is_open(self) -> bool:
         return self._group is not None
 
-    def open(self, init: TransferInit, timeout: float) -> None:
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
         if self._group is not None:
             raise TransportError(f"gloo transport already open on {self._where()}; close it first")
-        where = f"{init.master_address}:{init.master_port}"
+        what = f"gloo rendezvous at {init.master_address}:{init.master_port} (world_size={init.world_size})"
         delta = timedelta(seconds=timeout)
+        store: dist.TCPStore | None = None
         try:
             store = dist.TCPStore(
                 init.master_address, init.master_port, init.world_size,
                 is_master=True, wait_for_workers=False, timeout=delta,
             )
-            group = dist.ProcessGroupGloo(store, 0, init.world_size, delta)
+            group = dist.ProcessGroupGloo(AbortableStore(store, abort, timeout), 0, init.world_size, delta)
         except Exception as error:  # torch raises DistStoreError / RuntimeError / DistNetworkError
-            raise TransportError(
-                f"gloo rendezvous at {where} (world_size={init.world_size}) failed within {timeout:.0f}s: {error}"
-            ) from error
+            store = None  # noqa: F841 - the traceback keeps this frame: stop listening on the port now
+            raise TransportError(rendezvous_failure(what, timeout, abort, error)) from error
         self._init, self._store, self._group = init, store, group
 
     def broadcast(self, chunk: WeightChunk, timeout: float) -> None:

@@ -11,7 +11,10 @@ by polling a CUDA event beside `ncclCommGetAsyncError`. Past the deadline, or on
 (a peer died: `ncclRemoteError` / `ncclSystemError`), the communicator is aborted
 (`ncclCommAbort`, which also stops kernels stuck waiting for a peer) and `NcclTimeout` /
 `NcclError` is raised. Abort and destroy run on a daemon thread joined with a timeout, as vLLM's
-`PyNcclCommunicator.destroy` does, so teardown cannot hang the trainer either.
+`PyNcclCommunicator.destroy` does, so teardown cannot hang the trainer either. Creation also
+checks an optional `abort` event in the same polling loops: once it is set (the server's
+`/init_weight_transfer_engine` failed, so no peer is coming) the half-formed communicator is
+aborted and `NcclAborted` raised at once instead of at the deadline.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ class NcclTimeout(TimeoutError):
     """An NCCL wait ran past its deadline; the communicator was aborted."""
 
 
+class NcclAborted(RuntimeError):
+    """Creation was called off through its `abort` event; the communicator was aborted."""
+
+
 def nccl_dtype(dtype: torch.dtype) -> int:
     name = str(dtype).removeprefix("torch.")
     if name not in DATA_TYPES:
@@ -48,16 +55,17 @@ class NcclCommunicator:
 
     @classmethod
     def create(
-        cls, library: NcclLibrary, unique_id: bytes, rank: int, world_size: int, device: int, timeout: float
+        cls, library: NcclLibrary, unique_id: bytes, rank: int, world_size: int, device: int, timeout: float,
+        abort: threading.Event | None = None,
     ) -> NcclCommunicator:
-        """`ncclCommInitRankConfig` + warm-up all_reduce, both within `timeout` seconds."""
+        """`ncclCommInitRankConfig` + warm-up all_reduce, both within `timeout` seconds, or until `abort`."""
         deadline = time.monotonic() + timeout
         where = f"rank {rank} of {world_size} on cuda:{device}"
         with torch.cuda.device(device):
             handle, code = library.comm_init_non_blocking(world_size, unique_id, rank)
             comm = cls(library, handle, rank, world_size, torch.device("cuda", device))
-            comm._settle(code, deadline, f"ncclCommInitRank ({where}): waiting for all {world_size} ranks")
-            comm._warm_up(deadline, where)
+            comm._settle(code, deadline, f"ncclCommInitRank ({where}): waiting for all {world_size} ranks", abort)
+            comm._warm_up(deadline, where, abort)
         return comm
 
     @property
@@ -80,10 +88,11 @@ class NcclCommunicator:
         )
         self._settle(code, deadline, what)
 
-    def wait(self, event: torch.cuda.Event, deadline: float, what: str) -> None:
-        """Until `event` completes; aborts and raises on an async error or past the deadline."""
+    def wait(self, event: torch.cuda.Event, deadline: float, what: str, abort: threading.Event | None = None) -> None:
+        """Until `event` completes; aborts and raises on an async error, `abort`, or past the deadline."""
         while not event.query():
             self._check_async(what)
+            self._check_abort(abort, what)
             if time.monotonic() > deadline:
                 self.abort()
                 raise NcclTimeout(f"{what}: not complete before the deadline; communicator aborted")
@@ -96,17 +105,18 @@ class NcclCommunicator:
     def destroy(self) -> None:
         self._teardown(self._lib.destroy, "ncclCommDestroy")
 
-    def _warm_up(self, deadline: float, where: str) -> None:
+    def _warm_up(self, deadline: float, where: str, abort: threading.Event | None) -> None:
         stream = torch.cuda.current_stream(self.device)
         data = torch.zeros(1, dtype=torch.float32, device=self.device)
         self.all_reduce_sum(data, stream, deadline, f"warm-up all_reduce ({where})")
         done = torch.cuda.Event()
         done.record(stream)
-        self.wait(done, deadline, f"warm-up all_reduce ({where})")
+        self.wait(done, deadline, f"warm-up all_reduce ({where})", abort)
 
-    def _settle(self, code: int, deadline: float, what: str) -> None:
+    def _settle(self, code: int, deadline: float, what: str, abort: threading.Event | None = None) -> None:
         """A non-blocking call returned `code`: poll until the communicator leaves ncclInProgress."""
         while code == IN_PROGRESS:
+            self._check_abort(abort, what)
             if time.monotonic() > deadline:
                 self.abort()
                 raise NcclTimeout(f"{what}: still in progress at the deadline; communicator aborted")
@@ -115,6 +125,11 @@ class NcclCommunicator:
         if code != SUCCESS:
             self.abort()
             raise NcclError(what, code, "asynchronous error; communicator aborted")
+
+    def _check_abort(self, abort: threading.Event | None, what: str) -> None:
+        if abort is not None and abort.is_set():
+            self.abort()
+            raise NcclAborted(f"{what}: called off (the other side's join failed); communicator aborted")
 
     def _check_async(self, what: str) -> None:
         state = self._lib.async_error(self._live())

@@ -25,11 +25,14 @@ abort on expiry: a dead receiver is a `TransportError`, never a hang); vLLM bloc
 trainer's stream is still writing (vLLM's producer relies on host-side ordering). (3) world_size 1
 is allowed (a group with no receiver; vLLM disables PyNccl then) so the device path is testable on
 one GPU. (4) The store does not wait for workers in its constructor (see `nccl_rendezvous`).
+(5) `open` takes an optional `abort` event, checked in the communicator's creation polling: when the
+server's init call failed, the rendezvous stops at once (communicator aborted, store dropped).
 Failures raise the same `TransportError` as the gloo transport.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -37,6 +40,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from adapters.transport.abortable_store import rendezvous_failure
 from adapters.transport.gloo_transport import TransportError
 from adapters.transport.nccl_comm import NcclCommunicator, NcclTimeout
 from adapters.transport.nccl_library import NcclError, NcclLibrary
@@ -81,7 +85,7 @@ class NcclTransport:
         """A fresh ncclUniqueId for `init_info.nccl_unique_id_b64`; this process hosts its root."""
         return encode_unique_id_b64(self.library().unique_id())
 
-    def open(self, init: object, timeout: float) -> None:
+    def open(self, init: object, timeout: float, abort: threading.Event | None = None) -> None:
         """Rank 0 joins the group described by `init` (a `TransferInit` or an `NcclInitInfo`)."""
         if self.is_open:
             raise TransportError(f"NCCL transport already open on {self._where()}; close it first")
@@ -89,13 +93,11 @@ class NcclTransport:
         device = torch.cuda.current_device() if self._device is None else self._device
         try:
             unique_id = info.unique_id_bytes() or self._host_store(info, timeout)
-            comm = NcclCommunicator.create(self.library(), unique_id, 0, info.world_size, device, timeout)
-        except (NcclError, NcclTimeout, RuntimeError, ValueError) as error:
+            comm = NcclCommunicator.create(self.library(), unique_id, 0, info.world_size, device, timeout, abort)
+        except (NcclError, NcclTimeout, RuntimeError, ValueError) as error:  # NcclAborted is a RuntimeError
             self._store = None
-            raise TransportError(
-                f"NCCL rendezvous at {info.where()} (world_size={info.world_size}, cuda:{device}) "
-                f"failed within {timeout:.0f}s: {error}"
-            ) from error
+            what = f"NCCL rendezvous at {info.where()} (world_size={info.world_size}, cuda:{device})"
+            raise TransportError(rendezvous_failure(what, timeout, abort, error)) from error
         self._info, self._comm = info, comm
         # Cached like vLLM's `_get_streams`: the caching allocator keys blocks by stream.
         self._streams = tuple(torch.cuda.Stream(device=device) for _ in range(info.packed_num_buffers))

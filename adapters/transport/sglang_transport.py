@@ -9,7 +9,10 @@ transport builds the same store chain around its own `TCPStore(is_master=True,
 wait_for_workers=False)` (waiting in the constructor would block before the HTTP call that brings
 the workers in) and constructs the backend directly, never through `init_process_group` or
 torch's group registry, so it coexists with a training job's own default group under torchrun
-and can be reopened with the same group name after a server restart.
+and can be reopened with the same group name after a server restart. With gloo the constructor
+waits for the workers through `AbortableStore` (on top of the prefix chain), so `open` stops as soon
+as `abort` is set; torch's nccl backend forms its communicator lazily, at the first broadcast, so
+its `open` does not wait for the workers at all.
 
 Data plane (`load_format: "flattened_bucket"`): ONE broadcast per chunk, src 0, of one uint8
 buffer holding the chunk's tensors back to back in `adapters.sglang.bucket_layout` order, the
@@ -23,6 +26,7 @@ or timed-out broadcast aborts the group (the receiver is in an unknown state) an
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -32,6 +36,7 @@ import torch.distributed as dist
 
 from adapters.sglang.bucket_layout import FlattenedLayout, flattened_layout
 from adapters.sglang.wire import BACKENDS, DEFAULT_GROUP_NAME
+from adapters.transport.abortable_store import AbortableStore, rendezvous_failure
 from adapters.transport.gloo_transport import TransportError
 from adapters.transport.packed_tensors import as_bytes, check_payload
 from application.ports.weight_sync import TransferInit, WeightChunk
@@ -63,24 +68,29 @@ class C10dBucketTransport:
     def is_open(self) -> bool:
         return self._group is not None
 
-    def open(self, init: TransferInit, timeout: float) -> None:
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
         if self._group is not None:
             raise TransportError(f"{self._backend} transport already open on {self._where()}; close it first")
         delta = timedelta(seconds=timeout)
+        store: dist.TCPStore | None = None
+        what = (
+            f"{self._backend} rendezvous of group {self._group_name!r} at {init.master_address}:{init.master_port} "
+            f"(world_size={init.world_size})"
+        )
         try:
             store = dist.TCPStore(
                 init.master_address, init.master_port, init.world_size,
                 is_master=True, wait_for_workers=False, timeout=delta,
             )
-            group = self._make_group(store, init.world_size, delta)
+            group = self._make_group(store, init.world_size, delta, abort)
         except Exception as error:  # torch raises DistStoreError / RuntimeError / DistNetworkError
-            raise TransportError(
-                f"{self._backend} rendezvous of group {self._group_name!r} at {init.master_address}:{init.master_port} "
-                f"(world_size={init.world_size}) failed within {timeout:.0f}s: {error}"
-            ) from error
+            store = None  # noqa: F841 - the traceback keeps this frame: stop listening on the port now
+            raise TransportError(rendezvous_failure(what, timeout, abort, error)) from error
         self._init, self._store, self._group = init, store, group
 
-    def _make_group(self, store: dist.TCPStore, world_size: int, timeout: timedelta) -> dist.ProcessGroup:
+    def _make_group(
+        self, store: dist.TCPStore, world_size: int, timeout: timedelta, abort: threading.Event | None
+    ) -> dist.ProcessGroup:
         """The backend over SGLang's store chain: group_name / f"{group_name}/" / f"{device}/"."""
         device_type = "cuda" if self._backend == "nccl" else "cpu"
         named = dist.PrefixStore(f"{self._group_name}/", dist.PrefixStore(self._group_name, store))
@@ -91,7 +101,8 @@ class C10dBucketTransport:
             options._timeout = timeout
             group = dist.ProcessGroupNCCL(chain, 0, world_size, options)
         else:
-            group = dist.ProcessGroupGloo(chain, 0, world_size, timeout)
+            waits = AbortableStore(chain, abort, timeout.total_seconds())
+            group = dist.ProcessGroupGloo(waits, 0, world_size, timeout)
         group._set_sequence_number_for_group()  # as `_new_process_group_helper` does on every rank
         return group
 

@@ -5,11 +5,15 @@ Generation is token-in/token-out through `POST /v1/completions`: `prompt` is the
 token (processed, i.e. after temperature, given the server's `--logprobs-mode
 processed_logprobs`), `return_tokens_as_token_ids` keeps the logprob entries keyed by id.
 `prompt_logprobs` asks for `max_tokens=1, prompt_logprobs=0` at temperature 1.
+`thinking_token_budget` (vLLM's completions field, sent only when set) caps each reasoning
+section engine-side: the server must run a `--reasoning-parser` (else it answers 400, "reasoning_config
+is not configured") and, as the seed pins it, `VLLM_USE_V2_MODEL_RUNNER=0`; a close it forces comes
+back with log-prob 0.0 (`domain/thinking_budget.py` has the rule). `reasoning_markers` is not sent.
 
 Weight sync drives vLLM's RL routes (only mounted with `VLLM_SERVER_DEV_MODE=1`): `/get_world_size`,
 `/init_weight_transfer_engine {"init_info"}`, `/pause?mode=keep`, `/start_weight_update`,
 `/update_weights {"update_info"}`, `/finish_weight_update {"weight_version": str}`,
-`/reset_prefix_cache` (retried briefly while it answers `success: false`), `/resume`,
+`/reset_prefix_cache?reset_running_requests=true` (see `reset_prefix_cache`), `/resume`,
 `/weight_info`. The two calls that block server-side inside the collective (`init`, `update`)
 use `transfer_timeout`; every other call `timeout`. One `httpx.Client` is shared (it is
 thread-safe), so the sync thread and rollout threads can use one instance. Every failure is a
@@ -30,6 +34,7 @@ from application.ports.weight_sync import TransferInit
 from domain.tensors import TensorSpec
 
 _SNIPPET = 500
+RESET_RUNNING_REQUESTS = {"reset_running_requests": "true"}  # FastAPI's bool query: "true"
 _UNSET_VERSION = "default"  # vLLM's weight version before any finish_weight_update (v1/engine/core.py)
 
 
@@ -74,6 +79,8 @@ class VllmHttpServer:
             body["stop"] = list(params.stop)
         if params.seed is not None:
             body["seed"] = params.seed
+        if params.thinking_token_budget is not None:
+            body["thinking_token_budget"] = params.thinking_token_budget
         endpoint = "/v1/completions"
         choices = self._request("POST", endpoint, json=body).get("choices")
         if not isinstance(choices, list) or len(choices) != n:
@@ -144,14 +151,33 @@ class VllmHttpServer:
         self._request("POST", "/finish_weight_update", json={"weight_version": str(weight_version)})
 
     def reset_prefix_cache(self) -> None:
+        """Drop every cached KV block after a weight update, kept (paused) requests' blocks included.
+
+        Matches vLLM 0.32 `Scheduler.reset_prefix_cache(reset_running_requests, reset_connector)`
+        (`v1/core/sched/scheduler.py`; dev route `POST /reset_prefix_cache`, query
+        `reset_running_requests`, `reset_external`). Without `reset_running_requests` the block
+        pool refuses (`success: false`) while any request holds a block; requests kept by
+        `/pause?mode=keep` hold theirs (unless the pause itself cleared the cache) and nothing
+        frees them before `/resume`, so retrying cannot help. With `reset_running_requests=true`
+        the scheduler first preempts every running request (`_preempt_request(...,
+        drop_stale_output=True)`: blocks freed, back to the front of the waiting queue with
+        `num_computed_tokens = 0`), then resets: the kept requests recompute their KV under the
+        new weights after `/resume` (as SGLang's `retract` pause does). It is the reset vLLM
+        0.32's pause itself runs (`EngineCore._finish_pause` -> `_reset_caches`) when its
+        `clear_cache` query is true, which the route documents as deprecated and ignored for
+        keep, so we do not rely on it. Blocks still held after the preemption (a remote KV
+        transfer) make vLLM raise instead: HTTP 500, a `ServerError`. `success: false` is still
+        retried briefly (a server that ignores the query parameter)."""
         for attempt in range(self._reset_retries + 1):
-            if self._field("POST", "/reset_prefix_cache", "success") is True:
+            answer = self._field("POST", "/reset_prefix_cache", "success", params=RESET_RUNNING_REQUESTS)
+            if answer is True:
                 return
             if attempt < self._reset_retries:
                 time.sleep(self._reset_interval_s)
         raise ServerError(
             self._url, "/reset_prefix_cache", 200,
-            f"success=false after {self._reset_retries + 1} tries (KV blocks still held by requests)",
+            f"success=false after {self._reset_retries + 1} tries with reset_running_requests=true "
+            "(KV blocks still held: an older vLLM that ignores reset_running_requests?)",
         )
 
     def resume(self) -> None:
@@ -168,8 +194,8 @@ class VllmHttpServer:
 
     # ---- transport --------------------------------------------------------------------------
 
-    def _field(self, method: str, endpoint: str, key: str) -> Any:
-        body = self._request(method, endpoint)
+    def _field(self, method: str, endpoint: str, key: str, **kwargs: Any) -> Any:
+        body = self._request(method, endpoint, **kwargs)
         if key not in body:
             raise ServerError(self._url, endpoint, 200, f"response lacks {key!r}: {str(body)[:_SNIPPET]}")
         return body[key]

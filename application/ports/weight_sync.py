@@ -6,6 +6,7 @@ tensor. Payloads are opaque to the application: the source yields them, the tran
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -70,7 +71,10 @@ class WeightSyncServer(Protocol):
 class WeightTransport(Protocol):
     """Rank 0 of the weight-transfer collective (gloo on CPU, NCCL on GPU)."""
 
-    def open(self, init: TransferInit, timeout: float) -> None: ...
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
+        """Join the group within `timeout`; once `abort` is set (the server's side of the join
+        failed, no peer is coming) raise promptly instead, leaving nothing open."""
+        ...
 
     def broadcast(self, chunk: WeightChunk, timeout: float) -> None:
         """Send the chunk's tensors packed by the bucket rule of `domain.packing`."""

@@ -157,12 +157,14 @@ class FakeSyncServer:
                 raise TimeoutError(f"{self._url}: trainer never joined the transfer group")
         self._guard("init_weight_transfer", effect)
 
-    def join_as_trainer(self, timeout: float) -> _Link:
-        """Called by FakeTransport.open: meet the server's side of the group."""
+    def join_as_trainer(self, timeout: float, abort: threading.Event | None = None) -> _Link:
+        """Called by FakeTransport.open: meet the server's side of the group (polls `abort`)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while self.link is None or self.link.trainer_joined.is_set():
-                if not self._lock.wait(max(deadline - time.monotonic(), 0.0)) and time.monotonic() >= deadline:
+                if abort is not None and abort.is_set():
+                    raise ConnectionAbortedError(f"{self._url}: rendezvous called off")
+                if not self._lock.wait(min(max(deadline - time.monotonic(), 0.0), 0.01)) and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self._url}: server never joined the transfer group")
             self.link.trainer_joined.set()
             return self.link
@@ -246,9 +248,9 @@ class FakeTransport:
     def release(self) -> None:
         self.faults.release()
 
-    def open(self, init: TransferInit, timeout: float) -> None:
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
         outcome = self.faults.before("open", timeout)
-        self.link = self.server.join_as_trainer(timeout)
+        self.link = self.server.join_as_trainer(timeout, abort)
         self.opened += 1
         self.faults.after("open", outcome)
 

@@ -11,6 +11,7 @@ weights really move. The session's server gets its original weights back at the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,8 +53,8 @@ class RecordingTransport:
         self.inner = GlooTransport()
         self.sent: dict[str, torch.Tensor] = {}
 
-    def open(self, init: TransferInit, timeout: float) -> None:
-        self.inner.open(init, timeout)
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
+        self.inner.open(init, timeout, abort)
 
     def broadcast(self, chunk: WeightChunk, timeout: float) -> None:
         self.inner.broadcast(chunk, timeout)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -67,8 +68,8 @@ class KillingTransport:
         self._count = 0
         self.killed_at: float | None = None
 
-    def open(self, init: TransferInit, timeout: float) -> None:
-        self._inner.open(init, timeout)
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
+        self._inner.open(init, timeout, abort)
 
     def broadcast(self, chunk: WeightChunk, timeout: float) -> None:
         if self._count == self._at:

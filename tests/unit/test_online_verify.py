@@ -9,7 +9,9 @@ transport is caught. The probe and tolerance are the real ones (`build_verifier`
 
 from __future__ import annotations
 
+
 import copy
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -72,8 +74,8 @@ class LoadingTransport:
         self._served = server.served
         self.corruption = 0.0
 
-    def open(self, init: TransferInit, timeout: float) -> None:
-        self._inner.open(init, timeout)
+    def open(self, init: TransferInit, timeout: float, abort: threading.Event | None = None) -> None:
+        self._inner.open(init, timeout, abort)
 
     def broadcast(self, chunk: WeightChunk, timeout: float) -> None:
         self._inner.broadcast(chunk, timeout)

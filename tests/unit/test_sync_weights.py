@@ -131,12 +131,27 @@ def test_hanging_update_fails_within_the_timeout_and_names_everything():
 
 def test_hanging_transport_open_fails_connect_within_the_timeout():
     sync, [server], [transport], _ = build(timeout=0.3)
+    server.collective_timeout = 2.0  # the server's side waits on: the hung open is the cause
     transport.fail_next("open", "timeout")
     with pytest.raises(WeightSyncError) as caught:
         sync.connect()
     release_all([server], [transport])
     assert caught.value.step is SyncStep.OPEN and caught.value.elapsed < 1.5
     assert sync.states[server.url] is ServerState.UNCONNECTED
+
+
+def test_a_failing_init_calls_the_open_off_at_once_and_a_later_connect_succeeds():
+    sync, [server], [transport], _ = build(timeout=5.0)
+    server.fail_next("init_weight_transfer", "error")
+    started = time.monotonic()
+    with pytest.raises(WeightSyncError) as caught:
+        sync.connect()
+    assert time.monotonic() - started < 1.0  # not the 5 s the open would wait for a peer
+    assert caught.value.step is SyncStep.INIT and "HTTP 500" in str(caught.value)
+    assert sync.states[server.url] is ServerState.UNCONNECTED and transport.opened == 0
+    sync.connect()
+    assert sync.states[server.url] is ServerState.SERVING and transport.opened == 1
+    assert sync.sync(1).weight_version == 1
 
 
 def test_restart_between_syncs_is_detected_before_pausing_then_reconnected():
