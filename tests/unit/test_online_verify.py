@@ -9,7 +9,6 @@ transport is caught. The probe and tolerance are the real ones (`build_verifier`
 
 from __future__ import annotations
 
-
 import copy
 import threading
 from collections.abc import Sequence
