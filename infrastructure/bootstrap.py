@@ -2,7 +2,8 @@
 
 `run_training` resolves the model, starts the embedded vLLM CPU server when the config names no
 server URL (and stops it at the end), builds the container, forms the weight-transfer groups,
-runs the loop, and prints the held-out reward line and the metrics path.
+runs the loop, and prints the held-out reward line and the metrics path. Under torchrun
+(`WORLD_SIZE > 1`) env GRPO runs on every rank: `infrastructure.env_grpo_ranks` (FSDP2 DP).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 from adapters.vllm.server_process import VllmServerProcess
 from domain.config import RunConfig
-from infrastructure.config_loader import ConfigError
 from infrastructure.container import EnvGRPOContainer
 from infrastructure.logs import quiet_logging
 from infrastructure.model_assets import resolve_model_path
@@ -42,7 +42,14 @@ def embedded_server(config: RunConfig, model_path: Path, log_dir: Path) -> VllmS
         log_path=log_dir / "vllm_server.log",
         weight_transfer_backend=s.weight_transfer_backend,
         dtype=config.model.dtype,
+        reasoning_parser=s.reasoning_parser,
+        extra_env=thinking_budget_env(config),
     )
+
+
+def thinking_budget_env(config: RunConfig) -> dict[str, str]:
+    """With a thinking budget, vLLM's V1 model runner: the one whose forced-close rule we match (seed)."""
+    return {"VLLM_USE_V2_MODEL_RUNNER": "0"} if config.training.rollout_max_thinking_tokens is not None else {}
 
 
 @contextlib.contextmanager
@@ -68,14 +75,9 @@ def run_training(config: RunConfig, config_path: Path) -> int:
     return run_env_grpo(config, config_path)
 
 
-def single_rank_only(job: str) -> None:
-    """Env GRPO's learner is one process; refuse a multi-rank launch instead of syncing N times."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        raise ConfigError(
-            [f"job {job!r} trains on one rank (torchrun with --nproc_per_node 1); got WORLD_SIZE={world}. "
-             "Multi-rank FSDP2/TP/EP training is not wired into the env-GRPO learner yet (the gather is)"]
-        )
+def launched_ranks() -> int:
+    """How many training ranks torchrun started (`WORLD_SIZE`; 1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def save_final(model, tokenizer_dir: Path, output_dir: Path) -> Path:
@@ -89,7 +91,10 @@ def save_final(model, tokenizer_dir: Path, output_dir: Path) -> Path:
 
 
 def run_env_grpo(config: RunConfig, config_path: Path) -> int:
-    single_rank_only(config.job)
+    if launched_ranks() > 1:  # FSDP2 data parallelism, rank 0 leading (infrastructure.env_grpo_ranks)
+        from infrastructure.env_grpo_ranks import run_env_grpo_ranks
+
+        return run_env_grpo_ranks(config, config_path)
     quiet_logging()
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)

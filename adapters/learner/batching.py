@@ -2,11 +2,14 @@
 
 A row is prompt + completion token ids exactly as the engine saw and produced them (nothing is
 re-tokenised), with the completion's loss mask (1 on engine-sampled tokens, 0 on tokens the
-environment inserted) and behaviour log-probs. Rows longer than `max_row_tokens` keep their
+environment inserted) and behaviour log-probs. A token-in/token-out episode is one row; a
+per-turn episode (`carry_reasoning: false`, `Episode.rows()`) is one row per turn, each with
+that turn's prompt and the episode's advantage. Per-row losses (grpo's per-sequence mean) then
+weigh such an episode once per turn. Rows longer than `max_row_tokens` keep their
 prompt and lose completion tokens from the right; a row whose prompt alone leaves no room for
 one completion token is dropped. Both are counted, never silent. With GRPOConfig's
 `mask_truncated_completions`, an episode the engine cut off (`finish_reason == "length"`) keeps its
-row but contributes no loss token, as TRL zeroes the mask of completions that did not end in EOS.
+rows but contributes no loss token, as TRL zeroes the mask of completions that did not end in EOS.
 
 Layout departs from TRL on purpose: TRL left-pads prompts and right-pads completions, which
 shifts the position ids of short prompts; we right-pad the whole row so every row starts at
@@ -21,12 +24,12 @@ from collections.abc import Sequence
 import attrs
 import torch
 
-from domain.episodes import Episode
+from domain.episodes import Episode, RowTokens
 
 
 @attrs.frozen
 class TrainRow:
-    """One episode cut to the row budget."""
+    """One episode (or one turn of a per-turn episode) cut to the row budget."""
 
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
@@ -44,7 +47,7 @@ class RowPlan:
     rows: tuple[TrainRow, ...]
     truncated_rows: int
     dropped_rows: int
-    masked_rows: int = 0  # engine-truncated episodes masked out by mask_truncated_completions
+    masked_rows: int = 0  # rows of engine-truncated episodes masked out by mask_truncated_completions
 
 
 @attrs.frozen
@@ -61,19 +64,19 @@ class MicroBatch:
         return MicroBatch(**{f.name: getattr(self, f.name).to(device) for f in attrs.fields(MicroBatch)})
 
 
-def _row(episode: Episode, advantage: float, max_row_tokens: int, masked: bool) -> tuple[TrainRow | None, bool]:
-    prompt = episode.prompt_token_ids
+def _row(tokens: RowTokens, advantage: float, max_row_tokens: int, masked: bool) -> tuple[TrainRow | None, bool]:
+    prompt = tokens.prompt_token_ids
     room = max_row_tokens - len(prompt)
     if room < 1:
         return None, False
-    completion = episode.completion_token_ids
+    completion = tokens.completion_token_ids
     truncated = len(completion) > room
     keep = min(len(completion), room)
     row = TrainRow(
         prompt_ids=tuple(prompt),
         completion_ids=tuple(completion[:keep]),
-        loss_mask=(0,) * keep if masked else tuple(episode.completion_mask[:keep]),
-        old_logprobs=tuple(episode.behaviour_logprobs[:keep]),
+        loss_mask=(0,) * keep if masked else tuple(tokens.completion_mask[:keep]),
+        old_logprobs=tuple(tokens.behaviour_logprobs[:keep]),
         advantage=float(advantage),
     )
     return row, truncated
@@ -81,7 +84,7 @@ def _row(episode: Episode, advantage: float, max_row_tokens: int, masked: bool) 
 
 def plan_rows(episodes: Sequence[Episode], advantages: Sequence[float], max_row_tokens: int,
               mask_truncated_completions: bool = False) -> RowPlan:
-    """Cut every episode to `max_row_tokens`, counting truncated, dropped and masked rows."""
+    """Cut every episode's rows to `max_row_tokens`, counting truncated, dropped and masked rows."""
     if len(episodes) != len(advantages):
         raise ValueError(f"train_step got {len(episodes)} episodes but {len(advantages)} advantages")
     if max_row_tokens < 2:
@@ -92,13 +95,16 @@ def plan_rows(episodes: Sequence[Episode], advantages: Sequence[float], max_row_
         if not episode.completion_token_ids:
             raise ValueError("an episode with no completion tokens cannot be trained on")
         masked = mask_truncated_completions and episode.finish_reason == "length"
-        row, was_truncated = _row(episode, advantage, max_row_tokens, masked)
-        if row is None:
-            dropped += 1
-            continue
-        truncated += int(was_truncated)
-        masked_rows += int(masked)
-        rows.append(row)
+        for tokens in episode.rows():
+            if not tokens.completion_token_ids:  # a turn the engine ended at once has nothing to train on
+                continue
+            row, was_truncated = _row(tokens, advantage, max_row_tokens, masked)
+            if row is None:
+                dropped += 1
+                continue
+            truncated += int(was_truncated)
+            masked_rows += int(masked)
+            rows.append(row)
     return RowPlan(rows=tuple(rows), truncated_rows=truncated, dropped_rows=dropped, masked_rows=masked_rows)
 
 

@@ -5,6 +5,8 @@ pick the hidden states that predict the tokens we score, and only those go throu
 (logits / temperature, then `logit[label] - logsumexp(logits)`), in chunks, so the
 (B, L, vocab) logits are never materialised. This is the `logits_to_keep` idea, per token.
 Models whose head rescales or soft-caps logits are refused rather than scored wrongly.
+`TokenScorer` runs the same scoring as one module call, for wrappers that hook `forward`
+(FSDP2's root unit in `adapters.learner.sharded` must see the backbone and the head together).
 """
 
 from __future__ import annotations
@@ -53,14 +55,29 @@ def token_logprobs(model: nn.Module, input_ids: torch.Tensor, positions: torch.T
     return _head_logprobs(picked, labels, model.get_output_embeddings(), temperature)
 
 
+class TokenScorer(nn.Module):
+    """`token_logprobs(model, ...)` as this module's forward; holds `model`, copies nothing."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor,
+                temperature: float = 1.0) -> torch.Tensor:
+        return token_logprobs(self.model, input_ids, positions, labels, temperature)
+
+
 def completion_logprobs(model: nn.Module, batch: MicroBatch, temperature: float,
                         which: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, T) float32 log-probs of the completion tokens selected by `which` (default: the loss mask); 0 elsewhere."""
+    """(B, T) float32 log-probs of the completion tokens selected by `which` (default: the loss mask); 0 elsewhere.
+
+    `model` is a causal LM or a `TokenScorer` around one (scored through its forward)."""
     select = batch.loss_mask.bool() if which is None else which  # (B, T)
     rows, cols = select.nonzero(as_tuple=True)  # (N,), (N,)
     source_cols = batch.completion_start[rows] + cols - 1  # (N,) hidden state that predicts each token
     positions = torch.stack([rows, source_cols], dim=1)  # (N, 2)
     labels = batch.completion_ids[rows, cols]  # (N,)
-    values = token_logprobs(model, batch.input_ids, positions, labels, temperature)  # (N,)
+    scorer = model if isinstance(model, TokenScorer) else TokenScorer(model)
+    values = scorer(batch.input_ids, positions, labels, temperature)  # (N,)
     out = torch.zeros(select.shape, dtype=torch.float32, device=values.device)  # (B, T)
     return out.index_put((rows, cols), values)  # differentiable scatter into the padded layout

@@ -9,6 +9,12 @@ optimizer step. The micro-batches play TRL's gradient-accumulation steps: grpo/b
 divide each micro-batch's loss by their number; dapo divides by the sampled-token count of the
 whole step. Log-probs are taken at the rollout temperature (logits / temperature, as TRL does)
 and compared with the engine's behaviour log-probs (see `domain.grpo_loss` for that departure).
+
+A `StepShare` spreads the micro-batches over training ranks (default `WholeStep`: this rank runs
+them all; `adapters.learner.sharded.Fsdp2Share`: FSDP2 data parallelism). Every rank plans the
+whole step, so the normalisers (dapo's token count, the number of micro-batches) are global. A
+micro-batch with no sampled token (and a rank's padding step) runs forward and backward with a
+zero loss, so every parameter's collectives still run and the update is unchanged.
 """
 
 from __future__ import annotations
@@ -18,14 +24,16 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
 from adapters.learner.batching import MicroBatch, RowPlan, collate, plan_rows, split
 from adapters.learner.grpo_loss import grpo_loss
-from adapters.learner.logprobs import check_plain_lm_head, completion_logprobs, token_logprobs
+from adapters.learner.logprobs import TokenScorer, check_plain_lm_head, completion_logprobs
 from adapters.learner.optim import build_optimizer, build_schedule
 from domain.config.grpo import GRPOConfig
 from domain.episodes import Episode
@@ -34,6 +42,40 @@ from domain.grpo_loss import LossSettings
 log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _WEIGHTED = ("kl", "ratio_mean", "clip_low", "clip_high", "clip_region")
+
+
+class StepShare(Protocol):
+    """How one step's micro-batches are spread over the training ranks."""
+
+    def wrap(self, scorer: TokenScorer) -> nn.Module:
+        """The module the policy is scored through (FSDP2 shards the model in place here)."""
+        ...
+
+    def my_micro_batches(self, count: int) -> list[int | None]:
+        """This rank's indices among the step's `count` micro-batches; None = a padding step."""
+        ...
+
+    def total(self, values: Sequence[float]) -> list[float]:
+        """Each metric total summed over the ranks."""
+        ...
+
+
+class WholeStep:
+    """`StepShare` of a single rank: every micro-batch, nothing to sum."""
+
+    def wrap(self, scorer: TokenScorer) -> nn.Module:
+        return scorer
+
+    def my_micro_batches(self, count: int) -> list[int | None]:
+        return list(range(count))
+
+    def total(self, values: Sequence[float]) -> list[float]:
+        return list(values)
+
+
+def _scalar(value: torch.Tensor) -> float:
+    """A float of a tensor or DTensor (FSDP2's grad norm is a DTensor: `full_tensor` is a collective)."""
+    return float(value.full_tensor() if isinstance(value, DTensor) else value)
 
 
 def _load(path: Path, dtype: str) -> nn.Module:
@@ -50,7 +92,8 @@ class TorchPolicy:
     def __init__(self, model_path: str | Path, grpo: GRPOConfig, *, dtype: str = "float32",
                  max_train_row_tokens: int = 2048, temperature: float | None = None,
                  num_threads: int | None = None, autocast_bf16: bool = False,
-                 use_bias_correction_kl: bool = True, device: str = "cpu") -> None:
+                 use_bias_correction_kl: bool = True, device: str = "cpu",
+                 share: StepShare | None = None) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         torch.manual_seed(grpo.seed)
@@ -63,7 +106,9 @@ class TorchPolicy:
                                       epsilon_high=grpo.epsilon_upper, beta=grpo.beta,
                                       max_completion_length=grpo.max_completion_length,
                                       use_bias_correction_kl=use_bias_correction_kl)
+        self._share = share or WholeStep()
         self._model = _load(Path(model_path), dtype).to(self._device).train()
+        self._scorer = self._share.wrap(TokenScorer(self._model))  # before the optimizer sees the parameters
         self._ref: nn.Module | None = None
         if grpo.beta != 0.0:
             self._ref = _load(Path(model_path), dtype).to(self._device).eval().requires_grad_(False)
@@ -107,10 +152,14 @@ class TorchPolicy:
         self._optimizer.zero_grad(set_to_none=True)
         chunks = split(plan.rows, self._grpo.per_device_train_batch_size)
         totals = dict.fromkeys((*_WEIGHTED, "loss", "abs_diff"), 0.0)
-        for chunk in chunks:
-            batch = collate(chunk).to(self._device)
-            self._micro_step(batch, num_items, len(chunks), totals)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grpo.max_grad_norm)
+        for index in self._share.my_micro_batches(len(chunks)):
+            batch = collate(chunks[index] if index is not None else chunks[0][:1]).to(self._device)
+            if index is None or not bool(batch.loss_mask.any()):
+                self._idle_micro_step(batch)
+            else:
+                self._micro_step(batch, num_items, len(chunks), totals)
+        totals = dict(zip(totals, self._share.total(list(totals.values()))))
+        grad_norm = _scalar(torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grpo.max_grad_norm))
         self._optimizer.step()
         self._schedule.step()
         self._steps += 1
@@ -122,7 +171,7 @@ class TorchPolicy:
     def _micro_step(self, batch: MicroBatch, num_items: int, accumulation: int, totals: dict[str, float]) -> None:
         ref = None
         with self._precision():
-            logps = completion_logprobs(self._model, batch, self._temperature)  # (B, T)
+            logps = completion_logprobs(self._scorer, batch, self._temperature)  # (B, T)
             if self._ref is not None:
                 with torch.no_grad():
                     ref = completion_logprobs(self._ref, batch, self._temperature)  # (B, T)
@@ -134,6 +183,12 @@ class TorchPolicy:
             totals[key] += metrics[key] * tokens
         totals["loss"] += float(loss.detach())
         totals["abs_diff"] += float(((logps.detach() - batch.old_logprobs).abs() * batch.loss_mask).sum())
+
+    def _idle_micro_step(self, batch: MicroBatch) -> None:
+        """Forward and backward with a zero loss through every parameter (no sampled token to learn from)."""
+        with self._precision():
+            logps = completion_logprobs(self._scorer, batch, self._temperature, which=batch.token_mask)  # (B, T)
+        (logps.sum() * 0.0).backward()
 
     def _warn_cut_rows(self, plan: RowPlan) -> None:
         if plan.truncated_rows or plan.dropped_rows:
@@ -155,7 +210,7 @@ class TorchPolicy:
         was_training = self._model.training
         self._model.eval()
         try:
-            values = token_logprobs(self._model, ids, positions, ids[0, 1:], temperature=1.0)
+            values = self._scorer(ids, positions, ids[0, 1:], 1.0)
         finally:
             self._model.train(was_training)
         return values.tolist()

@@ -14,7 +14,7 @@ from adapters.learner.grpo_loss import grpo_loss
 from adapters.learner.logprobs import completion_logprobs
 from adapters.learner.policy import TorchPolicy
 from domain.config.grpo import GRPOConfig
-from domain.episodes import Episode, Segment
+from domain.episodes import Episode, RowTokens, Segment
 from domain.grpo_loss import LossSettings, TokenRow
 from domain.grpo_loss import grpo_loss as reference_loss
 
@@ -162,6 +162,21 @@ def test_mask_truncated_completions_masks_engine_cut_episodes_only_when_asked(mo
         metrics = policy.train_step([cut, done], [1.0, -1.0])
         assert metrics["tokens"] == tokens and metrics["masked_truncated_rows"] == float(flag)
         assert metrics["rows"] == 2.0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_a_per_turn_episode_trains_exactly_like_its_turns_as_separate_rows(model_dir, loss_type) -> None:
+    """carry_reasoning false: one row per turn, each with the episode's advantage."""
+    one, two = _episode(40), _episode(41, prompt_len=9, parts=(("s", 3), ("e", 1), ("s", 2)))
+    turns = [RowTokens(e.prompt_token_ids, e.segments) for e in (one, two)]
+    per_turn = Episode.from_turns(turns, num_turns=2)
+    together, apart = _policy(model_dir, loss_type=loss_type), _policy(model_dir, loss_type=loss_type)
+    got = together.train_step([per_turn], [0.8])
+    want = apart.train_step([one, two], [0.8, 0.8])
+    assert got["rows"] == 2.0 and got["tokens"] == per_turn.num_sampled_tokens == want["tokens"]
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
+    for (name, a), b in zip(together.model.named_parameters(), apart.model.parameters()):
+        torch.testing.assert_close(a, b, msg=name)
 
 
 def test_nothing_left_to_train_on_skips_the_step_loudly(model_dir, caplog) -> None:
