@@ -49,7 +49,7 @@ def summary(config: RunConfig) -> str:
     if config.job == "online_grpo":
         g = config.grpo
         data = f"dataset {config.dataset.source}:{config.dataset.task}"
-        servers = g.vllm_server_base_url or f"{g.vllm_server_host}:{g.vllm_server_port}"
+        servers = g.external_server_url or f"embedded at {config.server.host}:{config.server.port}"
     else:
         env = config.environment
         data = f"environment {env.environment_cls or env.environment_type}"

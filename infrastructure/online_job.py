@@ -71,17 +71,11 @@ from infrastructure.model_assets import resolve_model_path
 from infrastructure.sync_verification import build_verifier, probe_token_ids
 
 log = logging.getLogger("rlsetup")
-TRL_DEFAULT_SERVER = ("0.0.0.0", 8000)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
 
 
 def external_server_url(config: RunConfig) -> str | None:
-    g = config.grpo
-    if g.vllm_server_base_url:
-        return g.vllm_server_base_url.rstrip("/")
-    if (g.vllm_server_host, g.vllm_server_port) != TRL_DEFAULT_SERVER:
-        return f"http://{g.vllm_server_host}:{g.vllm_server_port}"
-    return None
+    return config.grpo.external_server_url
 
 
 def rendezvous_address(server_url: str) -> str:

@@ -15,6 +15,9 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
 
 
+TRL_DEFAULT_SERVER = ("0.0.0.0", 8000)  # GRPOConfig's vllm_server_host / vllm_server_port defaults
+
+
 @attrs.frozen(kw_only=True)
 class GRPOConfig:
     # group and loss
@@ -48,6 +51,16 @@ class GRPOConfig:
     vllm_server_port: int = attrs.field(default=8000, validator=port)
     vllm_server_timeout: float = attrs.field(default=240.0, validator=positive)
     vllm_group_port: int = attrs.field(default=51216, validator=port)
+
+    @property
+    def external_server_url(self) -> str | None:
+        """Online GRPO's server: `vllm_server_base_url`, else host:port when either differs from
+        TRL's defaults (0.0.0.0:8000); None = start the embedded server of the `server:` section."""
+        if self.vllm_server_base_url:
+            return self.vllm_server_base_url.rstrip("/")
+        if (self.vllm_server_host, self.vllm_server_port) != TRL_DEFAULT_SERVER:
+            return f"http://{self.vllm_server_host}:{self.vllm_server_port}"
+        return None
 
     @property
     def epsilon_upper(self) -> float:
