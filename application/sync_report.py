@@ -42,14 +42,19 @@ class WeightSyncError(RuntimeError):
     """A sync (or connect) failed; names every failed server, endpoint, sync number and wait.
 
     The first failure is exposed as attributes; `failures` has them all; `states` the state
-    each server ended in (DEAD ones must be restarted and re-connected before the next sync).
+    each server ended in (DEAD ones must be restarted and re-connected before the next sync);
+    `versions` the weight version recorded for each server (a DEAD one's is its last confirmed).
     """
 
-    def __init__(self, failures: tuple[SyncFailure, ...], states: dict[str, ServerState]) -> None:
+    def __init__(
+        self, failures: tuple[SyncFailure, ...], states: dict[str, ServerState],
+        versions: dict[str, int | None] | None = None,
+    ) -> None:
         if not failures:
             raise ValueError("WeightSyncError needs at least one failure")
         self.failures = failures
         self.states = dict(states)
+        self.versions = dict(versions or {})
         first = failures[0]
         self.server: str = first.server
         self.step: SyncStep = first.step
@@ -57,7 +62,17 @@ class WeightSyncError(RuntimeError):
         self.sync_number: int = first.sync_number
         self.elapsed: float = first.elapsed
         lines = [f.describe() for f in failures]
-        ended = ", ".join(f"{url}={state.name}" for url, state in self.states.items())
+        ended = ", ".join(_ended(url, state, self.versions) for url, state in self.states.items())
         if ended:
             lines.append(f"servers now: {ended}")
         super().__init__("weight sync failed: " + "; ".join(lines))
+
+
+def _ended(url: str, state: ServerState, versions: dict[str, int | None]) -> str:
+    """`url=STATE`, with the weight version it serves (or last confirmed) when known."""
+    if url not in versions:
+        return f"{url}={state.name}"
+    version = "no confirmed version" if versions[url] is None else f"v{versions[url]}"
+    if state is ServerState.DEAD:
+        return f"{url}=DEAD (last confirmed {version}; restart it, then connect())"
+    return f"{url}={state.name} at {version}"

@@ -98,6 +98,8 @@ class EnvGRPOContainer(containers.DeclarativeContainer):
         weight_source,
         timeout=config.provided.training.weight_sync_timeout,
         chunk_bytes=wiring.CHUNK_BYTES,
+        # one server at a time when several serve a plain single-process policy (logged once)
+        rolling=providers.Callable(wiring.rolling_sync, server_urls, learner.provided.model),
     )
 
     # every `verify_sync_every_n_syncs` syncs, the servers' log-probs are checked against ours

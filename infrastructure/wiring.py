@@ -2,6 +2,11 @@
 
 - the sync targets (one weight-transfer group per server, trainer rank 0, group ports from
   `vllm_group_port` or each server's own `group_port`);
+- the weight-sync mode (`rolling_sync`, logged once at start): rolling, one server at a time so
+  N-1 keep generating, when there is more than one server AND one training process AND plain
+  weights (no PEFT LoRA to fold, no DTensor (FSDP2/TP/EP) or hand-sliced shard to gather);
+  otherwise the concurrent flush of every server. Multi-rank runs always flush concurrently:
+  every rank must join the same gathers, once per sync (not a config key: it follows from the run);
 - the loop settings (prefetch is turned off, with a warning, when only one server is
   configured: a single server blocks during the sync, so nothing can overlap);
 - the training problem stream and the held-out evaluator;
@@ -14,6 +19,9 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+from torch import nn
+
+from adapters.weights import dtensor, layout, lora, shards
 from application.evaluate import HeldOutEvaluator
 from application.ports.environment import Problem
 from application.ports.generation import SamplingParams
@@ -70,6 +78,46 @@ def sync_targets(
         )
         for url, port in zip(urls, group_ports(config, len(urls)))
     ]
+
+
+def rolling_sync(urls: Sequence[str], model: nn.Module, *, world_size: int | None = None) -> bool:
+    """Whether `SyncWeights` rolls (one server at a time) or flushes every server at once; logs it."""
+    ranks = layout.world_size() if world_size is None else world_size
+    rolling, why = sync_mode(len(urls), model, world_size=ranks)
+    if rolling:
+        count = len(urls)
+        log.info("weight sync: rolling, one server at a time (%d of %d keep generating): %s", count - 1, count, why)
+    else:
+        log.info("weight sync: concurrent flush of all %d server(s): %s", len(urls), why)
+    return rolling
+
+
+def sync_mode(server_count: int, model: nn.Module, *, world_size: int) -> tuple[bool, str]:
+    """(rolling?, why): rolling needs more than one server, one training process, plain weights."""
+    if server_count < 2:
+        return False, "a single server blocks during the sync whichever way it is flushed"
+    if world_size != 1:
+        return False, f"{world_size} training ranks must join the same gathers, once per sync"
+    wrapped = unplain_weights(model)
+    if wrapped is not None:
+        return False, f"the weights are not plain ({wrapped}); the rolling sync is for plain single-process weights"
+    return True, f"{server_count} servers, one training process, plain weights"
+
+
+def unplain_weights(model: nn.Module) -> str | None:
+    """What makes the weight source more than a read of local tensors, or None when it is plain:
+    a PEFT LoRA layer or `modules_to_save` copy (folded per send), a DTensor parameter (FSDP2,
+    TP, EP) or a hand-sliced shard (`adapters.weights.shards`), each gathered collectively."""
+    for name, module in model.named_modules():
+        where = name or "<root>"
+        if lora.is_lora_layer(module) or lora.is_modules_to_save(module):
+            return f"PEFT adapter at {where}"
+        for param_name, param in module.named_parameters(recurse=False):
+            if dtensor.is_dtensor(param):
+                return f"DTensor parameter {where}.{param_name}"
+            if shards.shard_of(module, param_name) is not None:
+                return f"declared shard {where}.{param_name}"
+    return None
 
 
 def sampling(config: RunConfig) -> SamplingParams:
