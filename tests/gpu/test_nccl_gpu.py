@@ -115,3 +115,18 @@ def test_payload_on_the_wrong_device_or_shape_is_refused_before_sending():
     assert transport.bytes_sent == 0
     transport.close()
 
+
+
+def test_an_abort_event_calls_off_the_open_long_before_its_timeout():
+    """The server's init call failed: `SyncWeights` sets the event and the rendezvous stops at once."""
+    import threading
+
+    transport = NcclTransport()
+    init = NcclInitInfo(rank_offset=1, world_size=2, nccl_unique_id_b64=transport.mint_unique_id_b64())
+    abort = threading.Event()
+    threading.Timer(1.0, abort.set).start()
+    started = time.monotonic()
+    with pytest.raises(TransportError):
+        transport.open(init, timeout=60, abort=abort)
+    assert time.monotonic() - started < 1.0 + 12  # the event, then the bounded communicator abort
+    assert not transport.is_open
