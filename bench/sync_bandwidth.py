@@ -233,7 +233,8 @@ def timed_sync(url: str, model: torch.nn.Module, packed: bool, setting: Setting,
     return {"handshake_s": handshake, "runs": runs, **best}
 
 
-def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Setting]) -> dict:
+def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Setting],
+               server_env: dict[str, str] | None = None) -> dict:
     folder = work / size
     params = save_random_llama(size, folder)
     from transformers import AutoModelForCausalLM
@@ -247,7 +248,7 @@ def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Set
     log = work / f"server_{size}.log"
     process = VllmServerProcess(python=python, model_path=folder, port=free_port(), max_model_len=256,
                                 kv_cache_gib=1, log_path=log, startup_timeout_s=1800,
-                                weight_transfer_backend="gloo", dtype="float32")
+                                weight_transfer_backend="gloo", dtype="float32", extra_env=server_env)
     version = iter(range(1, 1000))
     wired = Setting(PACKED_BUFFER_BYTES, CHUNK_BYTES, WIRED_NUM_BUFFERS)
     with process:
@@ -311,6 +312,7 @@ def main() -> int:
     parser.add_argument("--sweep", default=DEFAULT_SWEEP, help="extra buffer MiB:chunk MiB:buffers settings ('' = none)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "sync_bandwidth.json")
     parser.add_argument("--server-python", type=Path, default=REPO / ".venv-vllm" / "bin" / "python")
+    parser.add_argument("--server-env", default="", help="KEY=VALUE,... laid over the server's environment")
     parser.add_argument("--work", type=Path, default=None, help="keep models and server logs here (default: a temp dir)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -319,14 +321,16 @@ def main() -> int:
         tmp = args.work or temp
         for size in args.sizes.split(","):
             sweep = [Setting.parse(x) for x in args.sweep.split(",") if x]
-            rows.append(bench_size(size, args.server_python, Path(tmp), naive=not args.no_naive, sweep=sweep))
+            server_env = dict(kv.split("=", 1) for kv in args.server_env.split(",") if kv)
+            rows.append(bench_size(size, args.server_python, Path(tmp), naive=not args.no_naive, sweep=sweep,
+                                   server_env=server_env))
             print(render(rows[-1:]), flush=True)
     table = render(rows)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "table": table, "dtype": "float32",
                                     "packed_buffer_bytes": PACKED_BUFFER_BYTES, "chunk_bytes": CHUNK_BYTES,
-                                    "packed_num_buffers": WIRED_NUM_BUFFERS,
+                                    "packed_num_buffers": WIRED_NUM_BUFFERS, "server_env": args.server_env,
                                     "machine": f"{mp.cpu_count()} CPU cores (shared)"}, indent=2))
     print(f"wrote {args.out}")
     return 0

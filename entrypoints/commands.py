@@ -11,12 +11,20 @@ from pathlib import Path
 
 from domain.config import RunConfig
 from entrypoints.envs_table import render_envs_table
-from infrastructure.config_loader import load_run_config
+from infrastructure.config_loader import ConfigError, load_run_config
 from infrastructure.environment_catalog import RegistryCatalog
 
 
 def check(args: argparse.Namespace) -> int:
     config = load_run_config(args.config)
+    if config.training.rollout_max_thinking_tokens is not None:  # the markers need the policy's tokenizer
+        from infrastructure.model_assets import resolve_model_path
+        from infrastructure.reasoning_tokens import reasoning_markers
+
+        try:
+            reasoning_markers(config.training, resolve_model_path(config.model.name_or_path))
+        except ConfigError as exc:
+            raise ConfigError(exc.problems, source=str(args.config)) from None
     print(f"ok {args.config}: {summary(config)}")
     if not args.sync:
         return 0

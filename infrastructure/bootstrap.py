@@ -20,8 +20,10 @@ from pathlib import Path
 from adapters.vllm.server_process import VllmServerProcess
 from domain.config import RunConfig
 from infrastructure.container import EnvGRPOContainer
+from infrastructure.config_loader import ConfigError
 from infrastructure.logs import quiet_logging
 from infrastructure.model_assets import resolve_model_path
+from infrastructure.reasoning_tokens import reasoning_markers
 
 log = logging.getLogger("rlsetup")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +101,10 @@ def run_env_grpo(config: RunConfig, config_path: Path) -> int:
     output_dir = Path(config.grpo.output_dir) / time.strftime("%Y%m%d-%H%M%S")
     output_dir.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model_path(config.model.name_or_path)
+    try:  # a marker that is not one token fails before any server starts
+        reasoning_markers(config.training, model_path)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems, source=str(config_path)) from None
     with servers_for(config, model_path, output_dir) as urls:
         container = EnvGRPOContainer(config=config, model_path=model_path, server_urls=tuple(urls), output_dir=output_dir)
         container.weight_sync().connect()

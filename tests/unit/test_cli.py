@@ -136,3 +136,18 @@ def test_python_dash_m_check_of_a_bad_file_exits_2_without_traceback(bad_config:
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 2 and all(line.startswith(f"{bad_config}: ") for line in lines)
+
+
+def test_check_a_reasoning_marker_that_is_not_one_token_names_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "think.yaml"
+    config.write_text(
+        "job: env_grpo\ntraining:\n  rollout_max_thinking_tokens: 64\n  rollout_reasoning_end_token: '</think>'\n"
+        "server:\n  reasoning_parser: deepseek_r1\n"
+    )
+    assert main(["check", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"{config}: 'rollout_reasoning_end_token' '</think>' is not one token")
+    assert err[0].endswith("@ $.training")
