@@ -47,17 +47,23 @@ class Segment:
         return cls(token_ids=token_ids, sampled=False)
 
 
-def _ids(segments: Sequence[Segment]) -> list[int]:
-    return [t for s in segments for t in s.token_ids]
+# The completion views `RowTokens` and `Episode` both expose, read off their `segments`; each class
+# binds them with `property(...)` (shared functions, no common base class).
 
 
-def _mask(segments: Sequence[Segment]) -> list[int]:
-    return [int(s.sampled) for s in segments for _ in s.token_ids]
+def _completion_token_ids(tokens: "RowTokens | Episode") -> list[int]:
+    return [t for s in tokens.segments for t in s.token_ids]
 
 
-def _logprobs(segments: Sequence[Segment]) -> list[float]:
+def _completion_mask(tokens: "RowTokens | Episode") -> list[int]:
+    """1 where the engine sampled the token (trained on), 0 where the environment inserted it."""
+    return [int(s.sampled) for s in tokens.segments for _ in s.token_ids]
+
+
+def _behaviour_logprobs(tokens: "RowTokens | Episode") -> list[float]:
+    """The engine's log-prob of each completion token; 0.0 on environment tokens (masked)."""
     out: list[float] = []
-    for s in segments:
+    for s in tokens.segments:
         out.extend(s.logprobs if s.sampled else [0.0] * len(s.token_ids))
     return out
 
@@ -69,19 +75,9 @@ class RowTokens:
     prompt_token_ids: tuple[int, ...] = attrs.field(converter=tuple)
     segments: tuple[Segment, ...] = attrs.field(converter=tuple)
 
-    @property
-    def completion_token_ids(self) -> list[int]:
-        return _ids(self.segments)
-
-    @property
-    def completion_mask(self) -> list[int]:
-        """1 where the engine sampled the token (trained on), 0 where the environment inserted it."""
-        return _mask(self.segments)
-
-    @property
-    def behaviour_logprobs(self) -> list[float]:
-        """The engine's log-prob of each completion token; 0.0 on environment tokens (masked)."""
-        return _logprobs(self.segments)
+    completion_token_ids = property(_completion_token_ids)
+    completion_mask = property(_completion_mask)
+    behaviour_logprobs = property(_behaviour_logprobs)
 
 
 def _turns_match_the_episode(instance: "Episode", _attribute: attrs.Attribute, value: tuple[RowTokens, ...]) -> None:
@@ -122,19 +118,9 @@ class Episode:
         """The training rows: the whole episode, or one per turn for a per-turn episode."""
         return self.turns or (RowTokens(self.prompt_token_ids, self.segments),)
 
-    @property
-    def completion_token_ids(self) -> list[int]:
-        return _ids(self.segments)
-
-    @property
-    def completion_mask(self) -> list[int]:
-        """1 where the engine sampled the token (trained on), 0 where the environment inserted it."""
-        return _mask(self.segments)
-
-    @property
-    def behaviour_logprobs(self) -> list[float]:
-        """The engine's log-prob of each completion token; 0.0 on environment tokens (masked)."""
-        return _logprobs(self.segments)
+    completion_token_ids = property(_completion_token_ids)
+    completion_mask = property(_completion_mask)
+    behaviour_logprobs = property(_behaviour_logprobs)
 
     @property
     def num_sampled_tokens(self) -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
-from adapters.environments.coding_episode import (
-    CARRY_REASONING, EVAL_FRACTION, MEMORY_MB, TIMEOUT_PER_TEST, CodingTurns, check_fraction, make_sandbox,
+from adapters.environments.base import BaseEnvironment, check_split
+from adapters.environments.coding_episode import CodingTurns, check_fraction, make_sandbox
+from adapters.environments.coding_stdio_episode import (
+    as_problem, judge_submission, report_notes, stdio_kwargs, tests_and_examples, unjudged_step,
 )  # fmt: skip
-from adapters.environments.coding_stdio_episode import as_problem, check_count, judge_submission, report_notes
 from adapters.environments.problems_stdio import generate
 from adapters.environments.registry import register
 from application.ports.environment import Message, Problem, StepResult
@@ -28,14 +28,7 @@ class CodeContests(BaseEnvironment):
     name = "code_contests"
     requires_answer = False
     max_turns = 2
-    kwargs = {
-        "num_tests": KwargSpec(8, "hidden tests per problem (the first num_examples are shown)"),
-        "num_examples": KwargSpec(2, "tests shown as examples in the statement"),
-        "eval_fraction": EVAL_FRACTION,
-        "timeout_per_test": KwargSpec(2.0, TIMEOUT_PER_TEST.description),
-        "memory_mb": MEMORY_MB,
-        "carry_reasoning": CARRY_REASONING,
-    }
+    kwargs = stdio_kwargs(num_tests=8, multi_turn=True)
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
         super().__init__(problem, **kwargs)
@@ -46,13 +39,11 @@ class CodeContests(BaseEnvironment):
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
         check_split(cls.name, split)
         options = cls.resolve_kwargs(kwargs)
-        tests = check_count(cls.name, "num_tests", options["num_tests"], 1, 100)
-        examples = check_count(cls.name, "num_examples", options["num_examples"], 0, tests)
+        tests, examples = tests_and_examples(cls.name, options)
         found = generate(cls.name, split, count, seed, check_fraction(cls.name, options["eval_fraction"]), tests, examples)
         return [as_problem(p, split) for p in found]
 
     def reset(self) -> list[Message]:
-        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
         return self._turns.open([Message(role="user", content=self.problem.prompt)])
 
     def context(self) -> tuple[Message, ...]:
@@ -63,9 +54,7 @@ class CodeContests(BaseEnvironment):
         last = self._turns.next(action)
         report = judge_submission(self._sandbox, action, self.problem, self.options["timeout_per_test"])
         if isinstance(report, str):
-            if last or report.startswith("sandbox failure"):
-                return self._turns.finish(0.0, verdict="not_judged", reason=report)
-            return self._turns.feedback(f"Not judged: {report}. Reply with the program in a ```python block.")
+            return unjudged_step(self._turns, last, report)
         notes = report_notes(report)
         accepted = report.passed == len(report.verdicts)
         if accepted or last:

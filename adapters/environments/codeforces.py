@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
-from adapters.environments.coding_episode import EVAL_FRACTION, MEMORY_MB, TIMEOUT_PER_TEST, CodingTurns, check_fraction, make_sandbox
-from adapters.environments.coding_stdio_episode import as_problem, check_count, judge_submission, report_notes
+from adapters.environments.coding_episode import CodingTurns, check_fraction, make_sandbox
+from adapters.environments.coding_stdio_episode import (
+    as_problem, check_count, judge_submission, report_notes, stdio_kwargs, tests_and_examples, unjudged_step,
+)  # fmt: skip
 from adapters.environments.problems_stdio import generate
 from adapters.environments.registry import register
 from application.ports.environment import Message, Problem, StepResult
@@ -28,11 +30,7 @@ class Codeforces(BaseEnvironment):
     kwargs = {
         "min_rating": KwargSpec(800, "lowest problem rating to draw"),
         "max_rating": KwargSpec(3500, "highest problem rating to draw"),
-        "num_tests": KwargSpec(10, "hidden tests per problem (the first num_examples are shown)"),
-        "num_examples": KwargSpec(2, "tests shown as examples in the statement"),
-        "eval_fraction": EVAL_FRACTION,
-        "timeout_per_test": KwargSpec(2.0, TIMEOUT_PER_TEST.description),
-        "memory_mb": MEMORY_MB,
+        **stdio_kwargs(num_tests=10, multi_turn=False),
     }
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
@@ -44,8 +42,7 @@ class Codeforces(BaseEnvironment):
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
         check_split(cls.name, split)
         options = cls.resolve_kwargs(kwargs)
-        tests = check_count(cls.name, "num_tests", options["num_tests"], 1, 100)
-        examples = check_count(cls.name, "num_examples", options["num_examples"], 0, tests)
+        tests, examples = tests_and_examples(cls.name, options)
         ratings = (check_count(cls.name, "min_rating", options["min_rating"], 0, 5000),
                    check_count(cls.name, "max_rating", options["max_rating"], 0, 5000))  # fmt: skip
         fraction = check_fraction(cls.name, options["eval_fraction"])
@@ -53,16 +50,13 @@ class Codeforces(BaseEnvironment):
         return [_rated(as_problem(p, split)) for p in found]
 
     def reset(self) -> list[Message]:
-        self._turns = CodingTurns(self.max_turns)
-        return [Message(role="user", content=self.problem.prompt)]
+        return self._turns.open([Message(role="user", content=self.problem.prompt)])
 
     def step(self, action: str) -> StepResult:
         last = self._turns.next(action)
         report = judge_submission(self._sandbox, action, self.problem, self.options["timeout_per_test"])
         if isinstance(report, str):
-            if last or report.startswith("sandbox failure"):
-                return self._turns.finish(0.0, verdict="not_judged", reason=report, rating=self.problem.metadata["rating"])
-            return self._turns.feedback(f"Not judged: {report}. Reply with the program in a ```python block.")
+            return unjudged_step(self._turns, last, report, rating=self.problem.metadata["rating"])
         return self._turns.finish(report.fraction, rating=self.problem.metadata["rating"], **report_notes(report))
 
 

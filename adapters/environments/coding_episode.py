@@ -8,12 +8,15 @@ code_contests, swe): `CodingTurns` records the conversation as the model should 
 next turn (`context()`, a `search_turns.Conversation`: assistant turns verbatim, or without their
 `<think>` reasoning when false), and the rollout loop renders each turn's prompt from it when the
 kwarg is false. The environments themselves always drop `<think>` blocks before reading code.
+`coding_kwargs` is the kwargs table they share; `CodingTurns.open` starts a fresh episode (turn 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+import attrs
 
 from adapters.environments.base import KwargSpec
 from adapters.environments.search_turns import Conversation, split_reasoning
@@ -29,6 +32,13 @@ CARRY_REASONING = KwargSpec(
 )
 MEMORY_MB = KwargSpec(512, "address-space limit of the sandboxed program, in MiB")
 EVAL_FRACTION = KwargSpec(0.2, "share of the problem space reserved for the eval split, in (0, 1)")
+
+
+def coding_kwargs(timeout_per_test: float = TIMEOUT_PER_TEST.default, multi_turn: bool = True) -> dict[str, KwargSpec]:
+    """eval_fraction, timeout_per_test, memory_mb, then carry_reasoning when `multi_turn`: in `rlsetup envs` order."""
+    table = {"eval_fraction": EVAL_FRACTION, "timeout_per_test": attrs.evolve(TIMEOUT_PER_TEST, default=timeout_per_test),
+             "memory_mb": MEMORY_MB}  # fmt: skip
+    return {**table, "carry_reasoning": CARRY_REASONING} if multi_turn else table
 
 
 def check_timeout(name: str, value: Any) -> float:
@@ -60,7 +70,8 @@ class CodingTurns:
         self._conversation = Conversation(carry_reasoning)
 
     def open(self, messages: Iterable[Message]) -> list[Message]:
-        """Start the context with the opening messages; returns them (for `reset`)."""
+        """Start a fresh episode (turn 0) with the opening messages as its context; returns them (for `reset`)."""
+        self.turn = 0
         return self._conversation.open(messages)
 
     def next(self, action: str) -> bool:

@@ -18,9 +18,9 @@ from typing import Any
 from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
 from adapters.environments.exam_qa_data import ExamQuestion, answer_letter, select
 from adapters.environments.registry import register
-from adapters.environments.search_splits import check_fraction, draw
-from adapters.environments.search_tool import check_positive_int, make_search_tool
-from adapters.environments.search_turns import ToolEpisode
+from adapters.environments.search_splits import draw
+from adapters.environments.search_tool import search_kwargs, search_tool_from
+from adapters.environments.search_turns import ToolEpisode, opening, tool_env_kwargs
 from application.ports.environment import Message, Problem, StepResult
 
 CLOSED_BOOK = "\n\nReply with the letter of the correct option, as: Answer: <letter>"
@@ -40,12 +40,8 @@ class ExamQa(BaseEnvironment):
     kwargs = {
         "subjects": KwargSpec(None, "MMLU subjects to draw from, e.g. [high school geography] (None: all 57)"),
         "open_book": KwargSpec(False, "give the model the search tool (else one closed-book turn)"),
-        "search_backend": KwargSpec("bm25", "the search index behind the search tool when open_book"),
-        "top_k": KwargSpec(3, "how many results one search returns (1-20)"),
-        "snippet_chars": KwargSpec(300, "how many characters of each result are shown (20-4000)"),
-        "eval_fraction": KwargSpec(0.1, "share of the questions reserved for the eval split, in (0, 1)"),
-        "carry_reasoning": KwargSpec(True, "keep a turn's <think> reasoning in the next turn's context"),
-        "system_prompt": KwargSpec(None, "an optional system message"),
+        **search_kwargs("the search index behind the search tool when open_book"),
+        **tool_env_kwargs("questions"),
     }
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
@@ -53,13 +49,7 @@ class ExamQa(BaseEnvironment):
         options = self.options
         if not isinstance(options["open_book"], bool):
             raise ValueError(f"exam_qa: open_book must be true or false, got {options['open_book']!r}")
-        tool = None
-        if options["open_book"]:
-            tool = make_search_tool(
-                options["search_backend"],
-                check_positive_int(self.name, "top_k", options["top_k"], 20),
-                max(20, check_positive_int(self.name, "snippet_chars", options["snippet_chars"], 4000)),
-            )
+        tool = search_tool_from(self.name, options) if options["open_book"] else None
         self._episode = ToolEpisode(self.max_turns, options["carry_reasoning"], self._score, tool)
 
     @classmethod
@@ -67,15 +57,12 @@ class ExamQa(BaseEnvironment):
         check_split(cls.name, split)
         options = cls.resolve_kwargs(kwargs)
         groups = select(options["subjects"])
-        fraction = check_fraction(cls.name, options["eval_fraction"])
-        rows = draw(cls.name, groups, ExamQuestion.prompt, split, count, seed, fraction)
+        rows = draw(cls.name, groups, ExamQuestion.prompt, split, count, seed, options["eval_fraction"])
         return [Problem(prompt=q.prompt(), answer=q.answer, metadata={"subject": q.subject, "split": split}) for q in rows]
 
     def reset(self) -> list[Message]:
         suffix = OPEN_BOOK if self.options["open_book"] else CLOSED_BOOK
-        user = Message(role="user", content=self.problem.prompt + suffix)
-        system = self.options["system_prompt"]
-        return self._episode.open([Message(role="system", content=str(system)), user] if system else [user])
+        return self._episode.open(opening(self.options["system_prompt"], self.problem.prompt + suffix))
 
     def step(self, action: str) -> StepResult:
         return self._episode.step(action)

@@ -21,8 +21,8 @@ from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
 from adapters.environments.mcp_client import McpCallError, ToolSpec, shared_connection
 from adapters.environments.mcp_problems import TASKS, generate, score_answer
 from adapters.environments.registry import register
-from adapters.environments.search_splits import check_fraction, draw
-from adapters.environments.search_turns import ToolCall, ToolCallError, ToolEpisode, parse_json_call
+from adapters.environments.search_splits import check_kinds, draw
+from adapters.environments.search_turns import ToolCall, ToolCallError, ToolEpisode, opening, parse_json_call, tool_env_kwargs
 from application.ports.environment import Message, Problem, StepResult
 
 CALL_TAG = "tool_call"
@@ -42,9 +42,7 @@ class McpEnvironment(BaseEnvironment):
         "tasks": KwargSpec(list(TASKS), "built-in problem kinds: " + ", ".join(TASKS)),
         "call_timeout_s": KwargSpec(10.0, "seconds one MCP request (list_tools, call_tool) may take"),
         "connect_timeout_s": KwargSpec(60.0, "seconds the MCP server may take to start and answer the handshake"),
-        "eval_fraction": KwargSpec(0.1, "share of the problems reserved for the eval split, in (0, 1)"),
-        "carry_reasoning": KwargSpec(True, "keep a turn's <think> reasoning in the next turn's context"),
-        "system_prompt": KwargSpec(None, "an optional system message"),
+        **tool_env_kwargs("problems"),
     }
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
@@ -62,19 +60,15 @@ class McpEnvironment(BaseEnvironment):
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
         check_split(cls.name, split)
         options = cls.resolve_kwargs(kwargs)
-        tasks = options["tasks"]
-        if isinstance(tasks, str) or not tasks:
-            raise ValueError(f"mcp: tasks must be a non-empty list of {', '.join(TASKS)}, got {tasks!r}")
+        tasks = check_kinds(cls.name, "tasks", options["tasks"], TASKS)
         groups = {task: generate(task) for task in tasks}
-        rows = draw(cls.name, groups, lambda row: row[0], split, count, seed, check_fraction(cls.name, options["eval_fraction"]))
+        rows = draw(cls.name, groups, lambda row: row[0], split, count, seed, options["eval_fraction"])
         task_of = {row: task for task, universe in groups.items() for row in universe}
         return [Problem(prompt=q, answer=a, metadata={"task": task_of[(q, a)], "split": split}) for q, a in rows]
 
     def reset(self) -> list[Message]:
         self._tools = self._connection().list_tools()  # McpUnavailable / McpCallError name the server
-        user = Message(role="user", content=f"{self.problem.prompt}\n\n{_tool_instructions(self._tools)}")
-        system = self.options["system_prompt"]
-        return self._episode.open([Message(role="system", content=str(system)), user] if system else [user])
+        return self._episode.open(opening(self.options["system_prompt"], f"{self.problem.prompt}\n\n{_tool_instructions(self._tools)}"))
 
     def step(self, action: str) -> StepResult:
         return self._episode.step(action)

@@ -15,9 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
-from adapters.environments.coding_episode import (
-    CARRY_REASONING, EVAL_FRACTION, MEMORY_MB, TIMEOUT_PER_TEST, CodingTurns, check_fraction, make_sandbox,
-)  # fmt: skip
+from adapters.environments.coding_episode import CodingTurns, check_fraction, coding_kwargs, make_sandbox
 from adapters.environments.coding_format import extract_code, fenced, syntax_error
 from adapters.environments.coding_harness import run_function_tests, split_check
 from adapters.environments.problems_functions import TEMPLATES, FunctionTask, generated_task, humaneval_tasks, in_eval_bucket, seeded_rng
@@ -41,10 +39,7 @@ class NativeCoding(BaseEnvironment):
     max_turns = 2
     kwargs = {
         "source": KwargSpec("mixed", "problem source: mixed (HumanEval first, then generated), humaneval or generated"),
-        "eval_fraction": EVAL_FRACTION,
-        "timeout_per_test": TIMEOUT_PER_TEST,
-        "memory_mb": MEMORY_MB,
-        "carry_reasoning": CARRY_REASONING,
+        **coding_kwargs(),
     }
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
@@ -76,7 +71,6 @@ class NativeCoding(BaseEnvironment):
         return [task_problem(task, split) for task in tasks]
 
     def reset(self) -> list[Message]:
-        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
         return self._turns.open([Message(role="user", content=INSTRUCTIONS.format(code_prompt=self.problem.metadata["code_prompt"]))])
 
     def context(self) -> tuple[Message, ...]:

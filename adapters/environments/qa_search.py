@@ -19,9 +19,9 @@ from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
 from adapters.environments.qa_search_data import QUESTION_TYPES, Question, questions
 from adapters.environments.qa_search_scoring import REWARDS, score
 from adapters.environments.registry import register
-from adapters.environments.search_splits import check_fraction, draw
-from adapters.environments.search_tool import check_positive_int, make_search_tool
-from adapters.environments.search_turns import ToolEpisode
+from adapters.environments.search_splits import check_kinds, draw
+from adapters.environments.search_tool import search_kwargs, search_tool_from
+from adapters.environments.search_turns import ToolEpisode, opening, tool_env_kwargs
 from adapters.search.backends import check_backend_name
 from application.ports.environment import Message, Problem, StepResult
 
@@ -42,13 +42,9 @@ class QaSearch(BaseEnvironment):
     max_turns = 4
     kwargs = {
         "question_types": KwargSpec(list(QUESTION_TYPES), "which questions to ask: capital, country, article"),
-        "search_backend": KwargSpec("bm25", "the search index behind the search tool (bm25: BM25 over offline Wikipedia summaries)"),
-        "top_k": KwargSpec(3, "how many results one search returns (1-20)"),
-        "snippet_chars": KwargSpec(300, "how many characters of each result are shown (20-4000)"),
+        **search_kwargs("the search index behind the search tool (bm25: BM25 over offline Wikipedia summaries)"),
         "reward": KwargSpec("exact_match", "exact_match (1 or 0) or f1 (token overlap in [0, 1])"),
-        "eval_fraction": KwargSpec(0.1, "share of the questions reserved for the eval split, in (0, 1)"),
-        "carry_reasoning": KwargSpec(True, "keep a turn's <think> reasoning in the next turn's context"),
-        "system_prompt": KwargSpec(None, "an optional system message"),
+        **tool_env_kwargs("questions"),
     }
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
@@ -57,29 +53,19 @@ class QaSearch(BaseEnvironment):
         if options["reward"] not in REWARDS:
             raise ValueError(f"qa_search: reward must be one of {', '.join(REWARDS)}, got {options['reward']!r}")
         check_backend_name(options["search_backend"])
-        tool = make_search_tool(
-            options["search_backend"],
-            check_positive_int(self.name, "top_k", options["top_k"], 20),
-            max(20, check_positive_int(self.name, "snippet_chars", options["snippet_chars"], 4000)),
-        )
-        self._episode = ToolEpisode(self.max_turns, options["carry_reasoning"], self._score, tool)
+        self._episode = ToolEpisode(self.max_turns, options["carry_reasoning"], self._score, search_tool_from(self.name, options))
 
     @classmethod
     def problems(cls, split: str, count: int, seed: int, **kwargs: Any) -> list[Problem]:
         check_split(cls.name, split)
         options = cls.resolve_kwargs(kwargs)
-        kinds = options["question_types"]
-        if isinstance(kinds, str) or not kinds:
-            raise ValueError(f"qa_search: question_types must be a non-empty list of {', '.join(QUESTION_TYPES)}, got {kinds!r}")
+        kinds = check_kinds(cls.name, "question_types", options["question_types"], QUESTION_TYPES)
         groups = {kind: questions(kind) for kind in kinds}
-        fraction = check_fraction(cls.name, options["eval_fraction"])
-        rows = draw(cls.name, groups, lambda q: q.prompt, split, count, seed, fraction)
+        rows = draw(cls.name, groups, lambda q: q.prompt, split, count, seed, options["eval_fraction"])
         return [_problem(q, split) for q in rows]
 
     def reset(self) -> list[Message]:
-        user = Message(role="user", content=INSTRUCTIONS.format(question=self.problem.prompt))
-        system = self.options["system_prompt"]
-        return self._episode.open([Message(role="system", content=str(system)), user] if system else [user])
+        return self._episode.open(opening(self.options["system_prompt"], INSTRUCTIONS.format(question=self.problem.prompt)))
 
     def step(self, action: str) -> StepResult:
         return self._episode.step(action)

@@ -25,6 +25,7 @@ from adapters.environments.answer_check import score_answer
 from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
 from adapters.environments.calculator import CalculatorError, evaluate, format_number
 from adapters.environments.registry import register
+from adapters.environments.search_turns import opening
 from application.ports.environment import Message, Problem, StepResult
 
 TOOL_NAMES = ("calc", "calculator")
@@ -86,9 +87,7 @@ class ReactMath(BaseEnvironment):
 
     def reset(self) -> list[Message]:
         self._turn = 0
-        user = Message(role="user", content=INSTRUCTIONS.format(question=self.problem.prompt))
-        system = self.options["system_prompt"]
-        return [Message(role="system", content=str(system)), user] if system else [user]
+        return opening(self.options["system_prompt"], INSTRUCTIONS.format(question=self.problem.prompt))
 
     def step(self, action: str) -> StepResult:
         self._turn += 1

@@ -4,7 +4,7 @@ As in `react_math`: a row belongs to the eval split iff a hash of its question t
 eval bucket (`eval_fraction`), so the two splits never share a question, whatever the seeds.
 Within a split, rows are drawn in an order shuffled by a seed derived from (environment, split,
 seed); when several kinds of rows are mixed they are interleaved round-robin so every kind shows
-up early.
+up early. `check_kinds` checks the kwarg that picks those kinds.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -21,6 +21,13 @@ def check_fraction(env_name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ValueError(f"environment {env_name!r}: eval_fraction must be a number in (0, 1), got {value!r}")
     return float(value)
+
+
+def check_kinds(env_name: str, key: str, value: Any, known: Sequence[str]) -> Any:
+    """The `key` kwarg listing which kinds of rows to draw: a non-empty list (a bare string is refused)."""
+    if isinstance(value, str) or not value:
+        raise ValueError(f"{env_name}: {key} must be a non-empty list of {', '.join(known)}, got {value!r}")
+    return value
 
 
 def in_eval_bucket(question: str, fraction: float) -> bool:
@@ -40,9 +47,12 @@ def draw(
     split: str,
     count: int,
     seed: int,
-    fraction: float,
+    eval_fraction: object,
 ) -> list[T]:
-    """`count` rows of `split`, round-robin over `groups` (each shuffled), deterministic in `seed`."""
+    """`count` rows of `split`, round-robin over `groups` (each shuffled), deterministic in `seed`.
+
+    `eval_fraction` is the environment's kwarg, checked here (`check_fraction`)."""
+    fraction = check_fraction(env_name, eval_fraction)
     rng = split_rng(env_name, split, seed)
     queues = []
     for name in sorted(groups):

@@ -15,6 +15,8 @@
   the sampled tokens stay in the prompt); with `False` their reasoning is removed, and the runner
   re-renders `env.context()` instead of concatenating tokens. Every non-final `StepResult` also
   carries the turn's reasoning in `metadata["reasoning"]`.
+- Shared by the environments: `tool_env_kwargs` (the kwargs they all end with) and `opening` (the
+  optional system message, then the user's).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from adapters.environments.base import KwargSpec
 from application.ports.environment import Message, StepResult
 
 MAX_ACTION_CHARS = 20_000
@@ -105,6 +108,21 @@ def final_answer(visible: str) -> str:
     if not lines:
         return ""
     return (lines[0] if matches else lines[-1])[:MAX_ANSWER_CHARS]
+
+
+def tool_env_kwargs(rows: str) -> dict[str, KwargSpec]:
+    """eval_fraction (a share of the `rows` drawn), carry_reasoning, system_prompt: in `rlsetup envs` order."""
+    return {
+        "eval_fraction": KwargSpec(0.1, f"share of the {rows} reserved for the eval split, in (0, 1)"),
+        "carry_reasoning": KwargSpec(True, "keep a turn's <think> reasoning in the next turn's context"),
+        "system_prompt": KwargSpec(None, "an optional system message"),
+    }
+
+
+def opening(system_prompt: object, user: str) -> list[Message]:
+    """An episode's opening messages: a system message when `system_prompt` is set, then the user's."""
+    message = Message(role="user", content=user)
+    return [Message(role="system", content=str(system_prompt)), message] if system_prompt else [message]
 
 
 class Conversation:

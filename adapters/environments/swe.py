@@ -14,10 +14,8 @@ import shutil
 import tempfile
 from typing import Any
 
-from adapters.environments.base import BaseEnvironment, KwargSpec, check_split
-from adapters.environments.coding_episode import (
-    CARRY_REASONING, EVAL_FRACTION, MEMORY_MB, TIMEOUT_PER_TEST, CodingTurns, check_fraction, make_sandbox,
-)  # fmt: skip
+from adapters.environments.base import BaseEnvironment, check_split
+from adapters.environments.coding_episode import CodingTurns, check_fraction, coding_kwargs, make_sandbox
 from adapters.environments.coding_format import strip_reasoning
 from adapters.environments.coding_harness import run_function_tests, split_check
 from adapters.environments.coding_swe_repo import PACKAGE, build_task
@@ -37,12 +35,7 @@ class Swe(BaseEnvironment):
     name = "swe"
     requires_answer = False
     max_turns = 12
-    kwargs = {
-        "eval_fraction": EVAL_FRACTION,
-        "timeout_per_test": TIMEOUT_PER_TEST,
-        "memory_mb": MEMORY_MB,
-        "carry_reasoning": CARRY_REASONING,
-    }
+    kwargs = coding_kwargs()
 
     def __init__(self, problem: Problem, **kwargs: Any) -> None:
         super().__init__(problem, **kwargs)
@@ -73,7 +66,6 @@ class Swe(BaseEnvironment):
 
     def reset(self) -> list[Message]:
         self.close()
-        self._turns = CodingTurns(self.max_turns, self.options["carry_reasoning"])
         self._root = tempfile.mkdtemp(prefix="rlsetup-swe-")
         init_repo(self._root, dict(self.problem.metadata["files"]))
         return self._turns.open([Message(role="system", content=TOOLS_HELP), Message(role="user", content=self.problem.prompt)])

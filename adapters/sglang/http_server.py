@@ -32,7 +32,8 @@ Departures from SGLang's defaults, on purpose:
   transport sends their bytes in, so SGLang's misaligned-offset refusal never triggers.
 The two calls that block inside the collective (`init`, `update`) use `transfer_timeout`, every
 other call `timeout`. Every failure is the vLLM adapter's `ServerError` (server, endpoint, status,
-body); a server that cannot take updates raises `UnsupportedServer` at construction.
+body; the request and its checks are `adapters.http_json`'s, shared with the vLLM adapter); a server
+that cannot take updates raises `UnsupportedServer` at construction.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from adapters.http_json import SNIPPET, json_body, parse_weight_version, send, timeouts
 from adapters.sglang.bucket_layout import flattened_layout
 from adapters.sglang.refusals import refuse, server_facts, update_refusals
 from adapters.sglang.wire import BACKENDS, DEFAULT_GROUP_NAME, LOAD_FORMAT
@@ -51,8 +53,6 @@ from application.ports.generation import Completion, SamplingParams
 from application.ports.weight_sync import TransferInit
 from domain.tensors import TensorSpec
 
-_SNIPPET = 500
-_UNSET_VERSION = "default"  # SGLang's `--weight-version` default
 PAUSE_MODES = ("retract", "in_place", "abort")
 
 
@@ -78,8 +78,7 @@ class SglangHttpServer:
             raise ValueError(f"SGLang pause mode must be one of {PAUSE_MODES}, got {pause_mode!r}")
         self._url = url.rstrip("/")
         self._backend, self._group_name, self._pause_mode = backend, group_name, pause_mode
-        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self._transfer_timeout = httpx.Timeout(transfer_timeout or timeout, connect=connect_timeout)
+        self._timeout, self._transfer_timeout = timeouts(timeout, connect_timeout, transfer_timeout)
         self._flush_retries, self._flush_interval_s = flush_retries, flush_interval_s
         self._waived = frozenset(waived_refusals)
         self._client = httpx.Client(base_url=self._url, timeout=self._timeout)
@@ -107,14 +106,14 @@ class SglangHttpServer:
         answer = self._request("POST", "/generate", json=body)
         outputs = answer if isinstance(answer, list) else [answer]
         if len(outputs) != n:
-            raise ServerError(self._url, "/generate", 200, f"expected {n} outputs, got {str(answer)[:_SNIPPET]}")
+            raise ServerError(self._url, "/generate", 200, f"expected {n} outputs, got {str(answer)[:SNIPPET]}")
         return [self._completion(output) for output in outputs]
 
     def _completion(self, output: Any) -> Completion:
         meta = output.get("meta_info") if isinstance(output, dict) else None
         entries = (meta or {}).get("output_token_logprobs")
         if not isinstance(entries, list):
-            raise ServerError(self._url, "/generate", 200, f"no meta_info.output_token_logprobs: {str(output)[:_SNIPPET]}")
+            raise ServerError(self._url, "/generate", 200, f"no meta_info.output_token_logprobs: {str(output)[:SNIPPET]}")
         token_ids = tuple(int(entry[1]) for entry in entries)
         if output.get("output_ids") is not None and tuple(output["output_ids"]) != token_ids:
             raise ServerError(self._url, "/generate", 200, "output_ids disagree with the logprob entries' token ids")
@@ -126,7 +125,7 @@ class SglangHttpServer:
             logprobs=tuple(float(entry[0]) for entry in entries),
             finish_reason=str(finish.get("type") if isinstance(finish, dict) else finish),
             text=output.get("text") or "",
-            weight_version=self._parse_version(meta.get("weight_version"), "/generate"),
+            weight_version=parse_weight_version(self._url, "/generate", meta.get("weight_version")),
         )
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float | None]:
@@ -138,7 +137,7 @@ class SglangHttpServer:
         answer = self._request("POST", "/generate", json=body)
         entries = (answer.get("meta_info") or {}).get("input_token_logprobs") if isinstance(answer, dict) else None
         if not isinstance(entries, list) or len(entries) != len(ids):
-            detail = f"input_token_logprobs missing or wrong length: {str(entries)[:_SNIPPET]}"
+            detail = f"input_token_logprobs missing or wrong length: {str(entries)[:SNIPPET]}"
             raise ServerError(self._url, "/generate", 200, detail)
         result: list[float | None] = [None]
         for position, (token, entry) in enumerate(zip(ids[1:], entries[1:]), start=1):
@@ -215,24 +214,16 @@ class SglangHttpServer:
     def weight_version(self) -> int | None:
         info = self._get_info(("/model_info", "/get_model_info"))
         if "weight_version" not in info:
-            raise ServerError(self._url, "/model_info", 200, f"response lacks 'weight_version': {str(info)[:_SNIPPET]}")
-        return self._parse_version(info["weight_version"], "/model_info")
+            raise ServerError(self._url, "/model_info", 200, f"response lacks 'weight_version': {str(info)[:SNIPPET]}")
+        return parse_weight_version(self._url, "/model_info", info["weight_version"])
 
     # ---- transport --------------------------------------------------------------------------
-
-    def _parse_version(self, value: Any, endpoint: str) -> int | None:
-        if value is None or value == _UNSET_VERSION:
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ServerError(self._url, endpoint, 200, f"weight_version {value!r} is not an integer") from None
 
     def _control(self, endpoint: str, body: dict[str, Any], timeout: httpx.Timeout | None = None) -> None:
         """A control route answering `{"success": bool, "message": str}` (400 when not successful)."""
         answer = self._request("POST", endpoint, json=body, timeout=timeout)
         if not isinstance(answer, dict) or answer.get("success") is not True:
-            raise ServerError(self._url, endpoint, 200, f"success is not true: {str(answer)[:_SNIPPET]}")
+            raise ServerError(self._url, endpoint, 200, f"success is not true: {str(answer)[:SNIPPET]}")
 
     def _get_info(self, endpoints: tuple[str, str]) -> dict[str, Any]:
         """GET the current route, falling back to its deprecated spelling on 404 (older servers)."""
@@ -243,23 +234,11 @@ class SglangHttpServer:
                 raise
             answer = self._request("GET", endpoints[1])
         if not isinstance(answer, dict):
-            raise ServerError(self._url, endpoints[0], 200, f"not a JSON object: {str(answer)[:_SNIPPET]}")
+            raise ServerError(self._url, endpoints[0], 200, f"not a JSON object: {str(answer)[:SNIPPET]}")
         return answer
 
     def _request(
         self, method: str, endpoint: str, timeout: httpx.Timeout | None = None, expect_json: bool = True, **kwargs: Any
     ) -> Any:
-        try:
-            response = self._client.request(method, endpoint, timeout=timeout or self._timeout, **kwargs)
-        except httpx.TimeoutException as error:
-            raise ServerError(self._url, endpoint, None, f"timed out ({type(error).__name__}): {error}") from error
-        except httpx.HTTPError as error:
-            raise ServerError(self._url, endpoint, None, f"{type(error).__name__}: {error or 'connection failed'}") from error
-        if response.status_code >= 400:
-            raise ServerError(self._url, endpoint, response.status_code, response.text[:_SNIPPET] or response.reason_phrase)
-        if not expect_json:
-            return response.text
-        try:
-            return response.json()
-        except ValueError:
-            raise ServerError(self._url, endpoint, response.status_code, f"not JSON: {response.text[:_SNIPPET]}") from None
+        response = send(self._client, self._url, method, endpoint, timeout or self._timeout, **kwargs)
+        return json_body(self._url, endpoint, response) if expect_json else response.text

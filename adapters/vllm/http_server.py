@@ -17,7 +17,8 @@ Weight sync drives vLLM's RL routes (only mounted with `VLLM_SERVER_DEV_MODE=1`)
 `/weight_info`. The two calls that block server-side inside the collective (`init`, `update`)
 use `transfer_timeout`; every other call `timeout`. One `httpx.Client` is shared (it is
 thread-safe), so the sync thread and rollout threads can use one instance. Every failure is a
-`ServerError` naming the server URL, the endpoint, the HTTP status and a body snippet.
+`ServerError` naming the server URL, the endpoint, the HTTP status and a body snippet (the request
+and its checks are `adapters.http_json`'s, shared with the SGLang adapter).
 """
 
 from __future__ import annotations
@@ -28,14 +29,13 @@ from typing import Any
 
 import httpx
 
+from adapters.http_json import SNIPPET, json_body, parse_weight_version, send, timeouts
 from adapters.vllm.errors import ServerError
 from application.ports.generation import Completion, SamplingParams
 from application.ports.weight_sync import TransferInit
 from domain.tensors import TensorSpec
 
-_SNIPPET = 500
 RESET_RUNNING_REQUESTS = {"reset_running_requests": "true"}  # FastAPI's bool query: "true"
-_UNSET_VERSION = "default"  # vLLM's weight version before any finish_weight_update (v1/engine/core.py)
 
 
 class VllmHttpServer:
@@ -49,8 +49,7 @@ class VllmHttpServer:
         reset_cache_interval_s: float = 0.2,
     ) -> None:
         self._url = url.rstrip("/")
-        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self._transfer_timeout = httpx.Timeout(transfer_timeout or timeout, connect=connect_timeout)
+        self._timeout, self._transfer_timeout = timeouts(timeout, connect_timeout, transfer_timeout)
         self._reset_retries = reset_cache_retries
         self._reset_interval_s = reset_cache_interval_s
         self._client = httpx.Client(base_url=self._url, timeout=self._timeout)
@@ -84,7 +83,7 @@ class VllmHttpServer:
         endpoint = "/v1/completions"
         choices = self._request("POST", endpoint, json=body).get("choices")
         if not isinstance(choices, list) or len(choices) != n:
-            raise ServerError(self._url, endpoint, 200, f"expected {n} choices, got {str(choices)[:_SNIPPET]}")
+            raise ServerError(self._url, endpoint, 200, f"expected {n} choices, got {str(choices)[:SNIPPET]}")
         return [self._completion(choice, endpoint) for choice in sorted(choices, key=lambda c: c.get("index", 0))]
 
     def _completion(self, choice: dict[str, Any], endpoint: str) -> Completion:
@@ -93,7 +92,7 @@ class VllmHttpServer:
         if token_ids is None or logprobs is None or len(token_ids) != len(logprobs):
             raise ServerError(
                 self._url, endpoint, 200,
-                f"choice lacks matching token_ids/logprobs (is it a vLLM server?): {str(choice)[:_SNIPPET]}",
+                f"choice lacks matching token_ids/logprobs (is it a vLLM server?): {str(choice)[:SNIPPET]}",
             )
         if any(value is None for value in logprobs):
             raise ServerError(self._url, endpoint, 200, f"a sampled token has no logprob: {logprobs[:20]}")
@@ -111,7 +110,7 @@ class VllmHttpServer:
         choices = self._request("POST", endpoint, json=body).get("choices") or [{}]
         entries = choices[0].get("prompt_logprobs")
         if not isinstance(entries, list) or len(entries) != len(ids):
-            raise ServerError(self._url, endpoint, 200, f"prompt_logprobs missing or wrong length: {str(entries)[:_SNIPPET]}")
+            raise ServerError(self._url, endpoint, 200, f"prompt_logprobs missing or wrong length: {str(entries)[:SNIPPET]}")
         result: list[float | None] = [None]
         for position, (token, entry) in enumerate(zip(ids[1:], entries[1:]), start=1):
             found = (entry or {}).get(str(token))
@@ -184,35 +183,19 @@ class VllmHttpServer:
         self._request("POST", "/resume")
 
     def weight_version(self) -> int | None:
-        value = self._field("GET", "/weight_info", "weight_version")
-        if value is None or value == _UNSET_VERSION:
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ServerError(self._url, "/weight_info", 200, f"weight_version {value!r} is not an integer") from None
+        return parse_weight_version(self._url, "/weight_info", self._field("GET", "/weight_info", "weight_version"))
 
     # ---- transport --------------------------------------------------------------------------
 
     def _field(self, method: str, endpoint: str, key: str, **kwargs: Any) -> Any:
         body = self._request(method, endpoint, **kwargs)
         if key not in body:
-            raise ServerError(self._url, endpoint, 200, f"response lacks {key!r}: {str(body)[:_SNIPPET]}")
+            raise ServerError(self._url, endpoint, 200, f"response lacks {key!r}: {str(body)[:SNIPPET]}")
         return body[key]
 
     def _request(self, method: str, endpoint: str, timeout: httpx.Timeout | None = None, **kwargs: Any) -> dict:
-        try:
-            response = self._client.request(method, endpoint, timeout=timeout or self._timeout, **kwargs)
-        except httpx.TimeoutException as error:
-            raise ServerError(self._url, endpoint, None, f"timed out ({type(error).__name__}): {error}") from error
-        except httpx.HTTPError as error:
-            raise ServerError(self._url, endpoint, None, f"{type(error).__name__}: {error or 'connection failed'}") from error
-        if response.status_code >= 400:
-            raise ServerError(self._url, endpoint, response.status_code, response.text[:_SNIPPET] or response.reason_phrase)
-        try:
-            body = response.json()
-        except ValueError:
-            raise ServerError(self._url, endpoint, response.status_code, f"not JSON: {response.text[:_SNIPPET]}") from None
+        response = send(self._client, self._url, method, endpoint, timeout or self._timeout, **kwargs)
+        body = json_body(self._url, endpoint, response)
         if not isinstance(body, dict):
-            raise ServerError(self._url, endpoint, response.status_code, f"not a JSON object: {response.text[:_SNIPPET]}")
+            raise ServerError(self._url, endpoint, response.status_code, f"not a JSON object: {response.text[:SNIPPET]}")
         return body
