@@ -161,10 +161,14 @@ class VllmHttpServer:
         the scheduler first preempts every running request (`_preempt_request(...,
         drop_stale_output=True)`: blocks freed, back to the front of the waiting queue with
         `num_computed_tokens = 0`), then resets: the kept requests recompute their KV under the
-        new weights after `/resume` (as SGLang's `retract` pause does). It is the reset vLLM
-        0.32's pause itself runs (`EngineCore._finish_pause` -> `_reset_caches`) when its
-        `clear_cache` query is true, which the route documents as deprecated and ignored for
-        keep, so we do not rely on it. Blocks still held after the preemption (a remote KV
+        new weights after `/resume` (as SGLang's `retract` pause does). vLLM 0.32's keep pause
+        already runs this same reset (`EngineCore._finish_pause` -> `_reset_caches(
+        reset_running_requests=True)`) because `clear_cache` defaults to true, although the route
+        documents that flag as deprecated and ignored for keep; measured on the real server
+        (tests/integration/test_thinking_budget_vllm.py): after our pause a plain reset answers
+        true, with `clear_cache=false` it answers false and only `reset_running_requests=true`
+        frees the kept blocks. We reset explicitly so neither that default nor its documented
+        future change decides whether stale KV survives a weight update. Blocks still held after the preemption (a remote KV
         transfer) make vLLM raise instead: HTTP 500, a `ServerError`. `success: false` is still
         retried briefly (a server that ignores the query parameter)."""
         for attempt in range(self._reset_retries + 1):
