@@ -17,7 +17,10 @@ folder; float32 because the CPU server runs float32 here, as the CPU examples do
 3. sweep: the same with other (buffer, chunk, buffers) settings against the same server, to pick
    the wiring constants by measurement (`--sweep`, e.g. `1024:1024:1,256:1024:2`, MiB);
 4. naive: one /update_weights and one unpacked broadcast per tensor (a group opened with
-   `packed: false`, chunks of one tensor), the TRL-legacy shape of a sync.
+   `packed: false`, chunks of one tensor), the TRL-legacy shape of a sync;
+5. glibc malloc (`--compare-glibc-malloc`): the wired sync again against a second server left on
+   glibc's default malloc, where the embedded server runs with `RELOAD_FRIENDLY_MALLOC`
+   (adapters/vllm/server_process.py), to show what that setting buys.
 Prints a table and writes JSON (default bench/results/sync_bandwidth.json). CPU-heavy: run it on
 an otherwise idle machine; numbers from a shared machine are a lower bound.
 """
@@ -36,7 +39,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import attrs
 import torch
 import torch.distributed as dist
 
@@ -52,7 +54,7 @@ from application.sync_report import SyncTarget  # noqa: E402
 from application.sync_weights import SyncWeights  # noqa: E402
 from domain.packing import bucket_boundaries  # noqa: E402
 from infrastructure.model_assets import resolve_model_path  # noqa: E402
-from infrastructure.wiring import CHUNK_BYTES, PACKED_BUFFER_BYTES  # noqa: E402
+from infrastructure.wiring import CHUNK_BYTES, PACKED_BUFFER_BYTES, PACKED_NUM_BUFFERS  # noqa: E402
 
 # hidden, layers, intermediate, heads, kv heads (head_dim 64, vocab of the SmolLM2 tokenizer, tied)
 SIZES = {
@@ -64,7 +66,7 @@ TIMEOUT_S = 900.0
 GiB = 1024**3
 MiB = 1024**2
 DEFAULT_SWEEP = "1024:1024:1,256:1024:1,256:2048:2,128:1024:2"
-WIRED_NUM_BUFFERS = attrs.fields(TransferInit).packed_num_buffers.default  # wiring leaves the port's default
+WIRED_NUM_BUFFERS = PACKED_NUM_BUFFERS["gloo"]  # what training wires for the gloo engine
 SERVER_SPLIT = re.compile(r"gloo weight transfer: .* buffers: waiting ([0-9.]+)s, loading ([0-9.]+)s")
 
 
@@ -234,7 +236,7 @@ def timed_sync(url: str, model: torch.nn.Module, packed: bool, setting: Setting,
 
 
 def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Setting],
-               server_env: dict[str, str] | None = None) -> dict:
+               server_env: dict[str, str] | None = None, compare_malloc: bool = False) -> dict:
     folder = work / size
     params = save_random_llama(size, folder)
     from transformers import AutoModelForCausalLM
@@ -261,6 +263,7 @@ def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Set
             print(f"[{size}] sweep {setting.label()} (buffer MiB:chunk MiB:buffers): {got['seconds']:.2f}s", flush=True)
         slow = timed_sync(process.url, model, False, Setting(PACKED_BUFFER_BYTES, 1, 1), [next(version)], log) \
             if naive else None
+    glibc = glibc_malloc_sync(size, python, folder, model, wired, work, server_env) if compare_malloc else None
     row = {
         "size": size, "params": params, "bytes": nbytes, "tensors": len(specs), "buckets": len(buckets),
         "raw_s": raw, "raw_gbps": nbytes / raw / 1e9,
@@ -272,12 +275,28 @@ def bench_size(size: str, python: Path, work: Path, naive: bool, sweep: list[Set
         "sync_runs_s": [r["seconds"] for r in ours["runs"]],
         "sweep": {label: {**r, "ratio_to_raw": raw / r["seconds"]} for label, r in swept.items()},
     }
+    if glibc is not None:
+        row.update(glibc_malloc_sync_s=glibc["seconds"], glibc_malloc_ratio_to_raw=raw / glibc["seconds"],
+                   glibc_malloc_server_load_s=glibc["server_load_s"], glibc_malloc_server_wait_s=glibc["server_wait_s"])
     if slow is not None:
         row.update(naive_s=slow["seconds"], naive_gbps=nbytes / slow["seconds"] / 1e9,
                    naive_ratio_to_ours=ours["seconds"] / slow["seconds"], naive_update_calls=slow["chunks"])
     del model
     gc.collect()
     return row
+
+
+def glibc_malloc_sync(size: str, python: Path, folder: Path, model, wired: "Setting", work: Path,
+                      server_env: dict[str, str] | None) -> dict:
+    """The same wired sync against a server left on glibc's default malloc (no RELOAD_FRIENDLY_MALLOC)."""
+    log = work / f"server_{size}_glibc_malloc.log"
+    process = VllmServerProcess(python=python, model_path=folder, port=free_port(), max_model_len=256,
+                                kv_cache_gib=1, log_path=log, startup_timeout_s=1800,
+                                weight_transfer_backend="gloo", dtype="float32", extra_env=server_env, malloc={})
+    with process:
+        got = timed_sync(process.url, model, True, wired, [1, 2], log)
+    print(f"[{size}] glibc default malloc on the server: {got['seconds']:.2f}s", flush=True)
+    return got
 
 
 class _Spec:
@@ -302,7 +321,11 @@ def render(rows: list[dict]) -> str:
     sweeps = [f"{r['size']} {label}: {v['seconds']:.2f}s ratio {v['ratio_to_raw']:.2f} (update {v.get('update', 0):.2f}s, "
               f"srv wait {v['server_wait_s']:.2f}s, srv load {v['server_load_s']:.2f}s)"
               for r in rows for label, v in r.get("sweep", {}).items()]
-    return table + ("\nsweep (buffer MiB:chunk MiB:buffers):\n" + "\n".join(sweeps) if sweeps else "")
+    glibc = [f"{r['size']}: {r['glibc_malloc_sync_s']:.2f}s ratio {r['glibc_malloc_ratio_to_raw']:.2f} "
+             f"(srv wait {r['glibc_malloc_server_wait_s']:.2f}s, srv load {r['glibc_malloc_server_load_s']:.2f}s)"
+             for r in rows if "glibc_malloc_sync_s" in r]
+    return (table + ("\nsweep (buffer MiB:chunk MiB:buffers):\n" + "\n".join(sweeps) if sweeps else "")
+            + ("\nserver on glibc's default malloc:\n" + "\n".join(glibc) if glibc else ""))
 
 
 def main() -> int:
@@ -313,6 +336,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "sync_bandwidth.json")
     parser.add_argument("--server-python", type=Path, default=REPO / ".venv-vllm" / "bin" / "python")
     parser.add_argument("--server-env", default="", help="KEY=VALUE,... laid over the server's environment")
+    parser.add_argument("--compare-glibc-malloc", action="store_true",
+                        help="also sync against a server on glibc's default malloc (one more server per size)")
     parser.add_argument("--work", type=Path, default=None, help="keep models and server logs here (default: a temp dir)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -323,7 +348,7 @@ def main() -> int:
             sweep = [Setting.parse(x) for x in args.sweep.split(",") if x]
             server_env = dict(kv.split("=", 1) for kv in args.server_env.split(",") if kv)
             rows.append(bench_size(size, args.server_python, Path(tmp), naive=not args.no_naive, sweep=sweep,
-                                   server_env=server_env))
+                                   server_env=server_env, compare_malloc=args.compare_glibc_malloc))
             print(render(rows[-1:]), flush=True)
     table = render(rows)
     print(table)
