@@ -5,13 +5,12 @@
 - `PromptLogprobVerifier` behind `VerifyingPublisher` with the real `TorchPolicy`, `SyncWeights`,
   `GlooTransport` and `ModelWeightSource`: a trainer whose weights moved is caught as a mismatch
   until the next verified publish, which passes. The server ends with the original weights.
-- Optional (`RLSETUP_TEST_SECOND_SERVER=1`, starts a second server): against a server started
-  without the weight-transfer backend the check fails naming the server and the endpoint.
+- Against the session's second server (`reasoning_vllm`, started without the weight-transfer
+  backend) the check fails naming the server and the endpoint, and exits 1.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import attrs
@@ -21,7 +20,6 @@ import torch
 from adapters.learner.policy import TorchPolicy
 from adapters.transport.gloo_transport import GlooTransport
 from adapters.vllm.http_server import VllmHttpServer
-from adapters.vllm.server_process import VllmServerProcess
 from adapters.weights.gather import ModelWeightSource
 from application.sync_weights import SyncWeights
 from application.verified_publisher import VerifyingPublisher
@@ -94,16 +92,10 @@ def test_verifier_catches_a_stale_server_and_verified_publishes_pass(running_vll
         server.close()
 
 
-@pytest.mark.skipif(os.environ.get("RLSETUP_TEST_SECOND_SERVER") != "1",
-                    reason="starts a second vLLM server; set RLSETUP_TEST_SECOND_SERVER=1")
-def test_check_sync_fails_clearly_without_the_backend(vllm_python_path, vllm_model_path, port_factory, tmp_path, capsys) -> None:
-    process = VllmServerProcess(
-        python=vllm_python_path, model_path=vllm_model_path, port=port_factory(), max_model_len=256,
-        log_path=tmp_path / "server.log", weight_transfer_backend=None, startup_timeout_s=600,
-    )
-    with process:
-        code = check_sync(config_for(process.url, vllm_model_path, port_factory(), tmp_path))
+def test_check_sync_fails_clearly_without_the_backend(reasoning_vllm, vllm_model_path, port_factory, tmp_path, capsys) -> None:
+    """The session's second server runs no weight-transfer backend: the check names it and exits 1."""
+    code = check_sync(config_for(reasoning_vllm.url, vllm_model_path, port_factory(), tmp_path))
     err = capsys.readouterr().err
     print(err)
     assert code == 1
-    assert process.url in err and "/server_info" in err and "/init_weight_transfer_engine" in err
+    assert reasoning_vllm.url in err and "/server_info" in err and "/init_weight_transfer_engine" in err

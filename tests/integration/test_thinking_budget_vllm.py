@@ -1,9 +1,10 @@
 """Engine-side thinking budgets against a REAL vLLM CPU server (0.32, `--reasoning-parser deepseek_r1`).
 
 The model is SmolLM2-135M-Instruct with `<think>`/`</think>` added as single tokens and a template
-that opens `<think>` in the generation prompt (`thinking_model.py`). The module runs its own
-servers, never two at once (`_OneServerAtATime`): the reasoning server (`VLLM_USE_V2_MODEL_RUNNER=0`,
-as the seed pins it) for every test but the last, which restarts it without a parser. Checked:
+that opens `<think>` in the generation prompt (`thinking_model.py`). It runs on the session's
+second server (`reasoning_vllm` in conftest.py: `--reasoning-parser deepseek_r1`,
+`VLLM_USE_V2_MODEL_RUNNER=0` as the seed pins it); the refusal without a parser uses the shared
+first server. Checked:
 - the budget forces `</think>` exactly where `domain/thinking_budget.py` says (reasoning already
   in the prompt counted too), the engine reports log-prob 0.0 for it, and the policy's own
   log-prob for that token is far below it;
@@ -30,76 +31,26 @@ import pytest
 from adapters.chat_tokenizer import HfChatTokenizer
 from adapters.vllm.errors import ServerError
 from adapters.vllm.http_server import VllmHttpServer
-from adapters.vllm.server_process import VllmServerProcess
 from application.ports.environment import Message, Problem, StepResult
 from application.ports.generation import Completion, SamplingParams
 from application.run_episode import run_episode
 from domain.episodes import Segment
 from domain.thinking_budget import ReasoningMarkers, forced_close_positions, resolve_markers, sampled_reasoning_tokens
-from tests.integration.thinking_model import TEMPLATE_KWARGS, THINK_END, build_thinking_model
+from tests.integration.thinking_model import TEMPLATE_KWARGS, THINK_END
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
-PARSER = "deepseek_r1"  # vLLM 0.32's `<think>`/`</think>` parser (reasoning/deepseek_r1_reasoning_parser.py)
-V1_RUNNER = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 SEED = 0  # with these prompts SmolLM2 writes past every budget below before it stops
 STORY = "Write a long story about a cat who learns to fly."
 JOKE = "Tell me a one-line joke about cats."
 REASONING_TEXT = " The cat looked up at the sky and wondered"  # >= 6 tokens of reasoning put in the prompt
 
 
-class _OneServerAtATime:
-    """The module's vLLM servers: asking for another configuration stops the running one first."""
-
-    def __init__(self, python: Path, model: Path, log_dir: Path, port_factory) -> None:
-        self._python, self._model, self._log_dir, self._port = python, model, log_dir, port_factory
-        self._parser: str | None = None
-        self._process: VllmServerProcess | None = None
-        self._client: VllmHttpServer | None = None
-
-    def serve(self, reasoning_parser: str | None) -> VllmHttpServer:
-        if self._client is not None and self._parser == reasoning_parser:
-            return self._client
-        self.stop()
-        process = VllmServerProcess(
-            python=self._python, model_path=self._model, port=self._port(), cpu_threads="0-1", kv_cache_gib=1,
-            max_model_len=512, startup_timeout_s=600, weight_transfer_backend=None,
-            log_path=self._log_dir / f"server-{reasoning_parser or 'no-parser'}.log",
-            reasoning_parser=reasoning_parser, extra_env=V1_RUNNER,
-        )
-        process.start()  # stops its own process group when it never gets healthy
-        self._process, self._parser = process, reasoning_parser
-        self._client = VllmHttpServer(process.url, timeout=300.0)
-        print(f"\n[server] {reasoning_parser or 'no parser'}: healthy after {process.startup_seconds:.0f}s")
-        return self._client
-
-    def stop(self) -> None:
-        client, process, self._client, self._process = self._client, self._process, None, None
-        if client is not None:
-            client.close()
-        if process is not None:
-            process.stop()  # SIGTERM, then SIGKILL, to the whole process group
-
-
 @pytest.fixture(scope="module")
-def thinking_model(tmp_path_factory: pytest.TempPathFactory, vllm_model_path: Path) -> Path:
-    return build_thinking_model(vllm_model_path, tmp_path_factory.mktemp("thinking") / "model")
-
-
-@pytest.fixture(scope="module")
-def servers(
-    vllm_python_path: Path, thinking_model: Path, tmp_path_factory: pytest.TempPathFactory, port_factory
-) -> Iterator[_OneServerAtATime]:
-    slot = _OneServerAtATime(vllm_python_path, thinking_model, tmp_path_factory.mktemp("vllm-thinking"), port_factory)
-    try:
-        yield slot
-    finally:
-        slot.stop()
-
-
-@pytest.fixture
-def reasoning_server(servers: _OneServerAtATime) -> VllmHttpServer:
-    return servers.serve(PARSER)
+def reasoning_server(reasoning_vllm) -> Iterator[VllmHttpServer]:  # conftest's RunningServer
+    server = VllmHttpServer(reasoning_vllm.url, timeout=300.0)
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")
