@@ -2,7 +2,9 @@
 
 Problems come from the environment's eval split (disjoint from training); episodes run through
 the same rollout pool in batches of `eval_rollout_batch_size`, one sample each, with the eval
-sampling parameters. The reward is priced by the same reward terms as training.
+sampling parameters (seeded with `eval.seed` by the composition, so the evaluations before and
+after training draw the same random stream). The reward is priced by the same reward terms as
+training.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class HeldOutEvaluator:
     @property
     def count(self) -> int:
         return len(self._problems)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self._sampling
 
     def mean_reward(self, weight_version: int) -> float:
         rewards: list[float] = []

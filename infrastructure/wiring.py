@@ -19,6 +19,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+import attrs
 from torch import nn
 
 from adapters.weights import dtensor, layout, lora, shards
@@ -184,7 +185,8 @@ def evaluator(config: RunConfig, env_cls, pool) -> HeldOutEvaluator | None:
     return HeldOutEvaluator(
         pool=pool,
         problems=problems,
-        sampling=sampling(config),
+        # Seeded (eval.seed) like online GRPO's evaluation: before and after see the same random stream.
+        sampling=attrs.evolve(sampling(config), seed=config.eval.seed),
         batch_size=config.training.eval_rollout_batch_size,
         reward_terms=config.rewards,
         max_turns=config.environment.max_turns,
