@@ -6,10 +6,10 @@ bound: a rank that never arrives makes the others raise `TimeoutError` instead o
 
 from __future__ import annotations
 
-import datetime
-
 import torch
 import torch.distributed as dist
+
+from adapters.distributed.bounded_wait import wait_bounded
 
 
 class TorchRankAgreement:
@@ -23,10 +23,5 @@ class TorchRankAgreement:
             raise ValueError(f"agreement timeout must be > 0, got {timeout}")
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
         work = dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group, async_op=True)
-        try:
-            completed = work.wait(timeout=datetime.timedelta(seconds=timeout))
-        except RuntimeError as exc:  # gloo reports a timeout or a vanished peer this way
-            raise TimeoutError(f"ranks did not agree within {timeout:.0f} s: {exc}") from exc
-        if not completed:
-            raise TimeoutError(f"ranks did not agree within {timeout:.0f} s")
+        wait_bounded(work, timeout, "rank agreement")
         return bool(flag.item())

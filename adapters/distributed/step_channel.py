@@ -2,7 +2,7 @@
 
 Rank 0 (the lead) `send`s a picklable message to every other rank, which `receive` it; every
 rank `exchange`s a short text (its error, or None) and gets every rank's. Each call is posted asynchronously and waited on with its own bound: a rank
-that never arrives, or a vanished peer, raises `ChannelTimeout` naming the call instead of
+that never arrives, or a vanished peer, raises `ChannelTimeout` (`bounded_wait.py`) naming the call instead of
 hanging. The group is gloo even when training runs on NCCL (these are CPU objects), so a
 message never queues behind the training collectives of the default group. Messages are
 pickled: both ends are ranks of the same job, never a network peer.
@@ -10,29 +10,15 @@ pickled: both ends are ranks of the same job, never a network peer.
 
 from __future__ import annotations
 
-import datetime
 import pickle
 
 import torch
 import torch.distributed as dist
 
+from adapters.distributed.bounded_wait import wait_bounded
+
 MESSAGE_BYTES = 4096  # an exchanged text is cut to this many UTF-8 bytes
 LEAD = 0
-
-
-class ChannelTimeout(TimeoutError):
-    """A rank did not join a channel collective within its bound (or its peer is gone)."""
-
-
-def _wait(work: dist.Work, timeout: float, what: str) -> None:
-    if timeout <= 0:
-        raise ValueError(f"{what}: timeout must be > 0, got {timeout}")
-    try:
-        completed = work.wait(timeout=datetime.timedelta(seconds=timeout))
-    except RuntimeError as exc:  # gloo reports a timeout or a vanished peer this way
-        raise ChannelTimeout(f"{what}: no answer from every rank within {timeout:.0f} s ({exc})") from exc
-    if not completed:
-        raise ChannelTimeout(f"{what}: no answer from every rank within {timeout:.0f} s")
 
 
 class StepChannel:
@@ -67,12 +53,12 @@ class StepChannel:
             mine[1 : 1 + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         every = [torch.empty_like(mine) for _ in range(self.world)]
         work = dist.all_gather(every, mine, group=self._group, async_op=True)
-        _wait(work, timeout, "exchange of step outcomes")
+        wait_bounded(work, timeout, "exchange of step outcomes")
         return [self._decode(t) for t in every]
 
     def _broadcast(self, tensor: torch.Tensor, timeout: float, what: str) -> None:
         work = dist.broadcast(tensor, src=dist.get_global_rank(self._group, LEAD), group=self._group, async_op=True)
-        _wait(work, timeout, what)
+        wait_bounded(work, timeout, what)
 
     @staticmethod
     def _decode(buffer: torch.Tensor) -> str | None:

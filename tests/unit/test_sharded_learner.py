@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.distributed.step_channel import ChannelTimeout
+from adapters.distributed.bounded_wait import ChannelTimeout
 from adapters.learner.sharded import (
     Abort, Connect, Fsdp2Share, Lead, LeadSync, Publish, RanksFailed, SaveFull, ScoreProbe, ShardedLearner, Stop,
     TrainStep, follow_steps,
