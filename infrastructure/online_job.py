@@ -30,7 +30,8 @@ group: every rank finishes a sync or every rank raises) and the verification's t
 Not supported: tensor, expert or context parallelism (no config key asks TRL for them), more
 than one server, and a training rank on the server's GPU. Tested here: the sync and the
 verification under torchrun with gloo on CPU (FSDP2, `tests/integration/test_online_sync_torchrun.py`);
-not tested here: a multi-rank TRL training run end to end.
+and a 2-rank `torchrun ... rlsetup train` of the CPU example (plain DP, gloo, 2 steps, real
+embedded server) ran end to end; FSDP2 through accelerate was not run end to end.
 """
 
 from __future__ import annotations
